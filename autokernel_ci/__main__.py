@@ -1,0 +1,3 @@
+from autokernel_ci.cli import main
+
+raise SystemExit(main())

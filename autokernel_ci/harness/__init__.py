@@ -1,0 +1,1 @@
+"""autokernel-ci harness: five-stage verification, benchmark, sandboxed workers."""

@@ -1,0 +1,142 @@
+"""The kernel-file contract (DESIGN.md §5), read statically.
+
+A kernel file is untrusted: everything here works on its source text through `ast` and never
+imports or executes it (the harness does that in a sandboxed child process).
+"""
+
+from __future__ import annotations
+
+import ast
+import hashlib
+import itertools
+import pprint
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from autokernel_ci.specs import KERNEL_TYPES, get_spec
+
+BACKENDS = ("triton", "cuda")
+REQUIRED_NAMES = ("KERNEL_TYPE", "BACKEND", "CONFIG", "SEARCH_SPACE")
+
+
+class KernelFileError(ValueError):
+    """The file breaks the kernel-file contract; the message names the rule, the value and the fix."""
+
+
+@dataclass(frozen=True)
+class KernelFile:
+    source: str
+    kernel_type: str
+    backend: str
+    config: dict[str, Any]
+    search_space: dict[str, list[Any]]
+    summary: str
+    path: Path | None = None
+    extra: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def source_hash(self) -> str:
+        return source_hash(self.source)
+
+    def with_config(self, config: Mapping[str, Any]) -> KernelFile:
+        return parse(replace_config(self.source, config), self.path)
+
+    def config_points(self) -> Iterator[dict[str, Any]]:
+        """Every CONFIG the SEARCH_SPACE allows (the cross product, keys in file order)."""
+        keys = list(self.search_space)
+        for values in itertools.product(*(self.search_space[k] for k in keys)):
+            yield {**self.config, **dict(zip(keys, values, strict=True))}
+
+
+def source_hash(source: str) -> str:
+    return hashlib.sha256(source.encode()).hexdigest()[:16]
+
+
+def _literal(node: ast.AST, name: str) -> Any:
+    try:
+        return ast.literal_eval(node)
+    except ValueError as exc:
+        raise KernelFileError(
+            f"{name} must be a literal (numbers, strings, lists, dicts), got `{ast.unparse(node)}`: "
+            "write the value out instead of computing it"
+        ) from exc
+
+
+def _top_level_assignments(tree: ast.Module) -> dict[str, ast.Assign]:
+    found: dict[str, ast.Assign] = {}
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+            found[node.targets[0].id] = node
+    return found
+
+
+def parse(source: str, path: Path | None = None) -> KernelFile:
+    """Check the contract and read the declared facts without executing the file."""
+    where = str(path) if path else "<kernel source>"
+    try:
+        tree = ast.parse(source, filename=where)
+    except SyntaxError as exc:
+        raise KernelFileError(f"{where}: syntax error at line {exc.lineno}: {exc.msg}") from exc
+    assigns = _top_level_assignments(tree)
+    missing = [n for n in REQUIRED_NAMES if n not in assigns]
+    if missing:
+        raise KernelFileError(
+            f"{where}: missing top-level {', '.join(missing)}; a kernel file declares "
+            f"{', '.join(REQUIRED_NAMES)} and defines kernel_fn (DESIGN.md §5)"
+        )
+    values = {n: _literal(assigns[n].value, n) for n in REQUIRED_NAMES}
+    kernel_type, backend = values["KERNEL_TYPE"], values["BACKEND"]
+    if kernel_type not in KERNEL_TYPES:
+        raise KernelFileError(f"{where}: KERNEL_TYPE={kernel_type!r} is not one of {', '.join(KERNEL_TYPES)}")
+    if backend not in BACKENDS:
+        raise KernelFileError(f"{where}: BACKEND={backend!r} is not one of {', '.join(BACKENDS)}")
+    config, space = values["CONFIG"], values["SEARCH_SPACE"]
+    if not isinstance(config, dict) or not isinstance(space, dict):
+        raise KernelFileError(f"{where}: CONFIG and SEARCH_SPACE must be dicts")
+    for key, options in space.items():
+        if not isinstance(options, list) or not options:
+            raise KernelFileError(f"{where}: SEARCH_SPACE[{key!r}] must be a non-empty list, got {options!r}")
+        if key not in config:
+            raise KernelFileError(f"{where}: SEARCH_SPACE names {key!r} which CONFIG does not set; add it to CONFIG")
+    fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel_fn"), None)
+    if fn is None:
+        raise KernelFileError(f"{where}: no top-level `def kernel_fn(...)`")
+    expected = get_spec(kernel_type).arg_names
+    got = tuple(a.arg for a in fn.args.args)
+    if got != expected:
+        raise KernelFileError(
+            f"{where}: kernel_fn{got} does not match the {kernel_type} signature kernel_fn{expected}"
+        )
+    return KernelFile(
+        source=source,
+        kernel_type=kernel_type,
+        backend=backend,
+        config=config,
+        search_space=space,
+        summary=(ast.get_docstring(tree) or "").strip().splitlines()[0] if ast.get_docstring(tree) else "",
+        path=path,
+    )
+
+
+def load(path: str | Path) -> KernelFile:
+    p = Path(path)
+    if not p.is_file():
+        raise KernelFileError(f"kernel file {p} does not exist")
+    return parse(p.read_text(), p)
+
+
+def replace_config(source: str, config: Mapping[str, Any]) -> str:
+    """Return `source` with its top-level CONFIG literal replaced by `config` (other lines untouched)."""
+    tree = ast.parse(source)
+    node = _top_level_assignments(tree).get("CONFIG")
+    if node is None:
+        raise KernelFileError("no top-level CONFIG to replace")
+    lines = source.splitlines(keepends=True)
+    start, end = node.lineno - 1, node.end_lineno  # type: ignore[attr-defined]
+    tail = lines[end - 1][node.end_col_offset :]  # type: ignore[attr-defined]
+    text = "CONFIG = " + pprint.pformat(dict(config), sort_dicts=False, width=100) + tail
+    if not text.endswith("\n"):
+        text += "\n"
+    return "".join(lines[:start]) + text + "".join(lines[end:])

@@ -1,0 +1,23 @@
+"""Tolerance tables shared by spec modules (per type they may be overridden)."""
+
+from __future__ import annotations
+
+import torch
+
+from autokernel_ci.specs.base import Tolerance
+
+# Row-wise elementwise output (norms, rotary): fp32 is exact to ~1e-7; fp16 output rounding is
+# 2^-11 relative, bf16's 2^-8 relative (rms 1.1e-3), hence the rel_l2 bounds.
+ROWWISE = {
+    torch.bfloat16: Tolerance(atol=1.6e-2, rtol=1.6e-2, rel_l2=5e-3),
+    torch.float16: Tolerance(atol=2e-3, rtol=2e-3, rel_l2=1e-3),
+    torch.float32: Tolerance(atol=1e-5, rtol=1e-5, rel_l2=1e-5),
+}
+
+# GEMM-like types (matmul, fused_mlp, attention): fp32 inputs may use tf32 tensor cores (rel_l2
+# ~3e-4 measured by Triton's default dot), so fp32 allows 2e-3 but not bf16 compute (~3e-3+).
+GEMM = {
+    torch.bfloat16: Tolerance(atol=3e-2, rtol=3e-2, rel_l2=1e-2),
+    torch.float16: Tolerance(atol=1e-2, rtol=1e-2, rel_l2=3e-3),
+    torch.float32: Tolerance(atol=1e-2, rtol=1e-2, rel_l2=2e-3),
+}

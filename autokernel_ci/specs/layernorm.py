@@ -1,0 +1,82 @@
+"""LayerNorm over the last dimension with affine weight and bias (GPT-2, BERT)."""
+
+from __future__ import annotations
+
+import torch
+
+from autokernel_ci.specs._tolerances import ROWWISE
+from autokernel_ci.specs.base import (
+    KernelSpec,
+    Shape,
+    StressCase,
+    affine_weight,
+    elem_size,
+    prod,
+    randn,
+)
+
+EPS = 1e-5  # nn.LayerNorm's default
+
+
+def _dims(shape: Shape) -> tuple[int, ...]:
+    return (*([int(shape["B"])] if "B" in shape else []), int(shape["M"]), int(shape["N"]))
+
+
+def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+    return torch.nn.functional.layer_norm(x, (x.shape[-1],), weight, bias, eps)
+
+
+def _with_params(x: torch.Tensor, dtype, device, gen):
+    n = x.shape[-1]
+    bias = randn((n,), dtype, device, gen, std=0.1)
+    return (x, affine_weight(n, dtype, device, gen), bias, EPS)
+
+
+def make_inputs(shape: Shape, dtype, device, gen):
+    # Residual-stream-like activations: non-zero mean and spread per row.
+    return _with_params(randn(_dims(shape), dtype, device, gen, std=2.0, mean=0.5), dtype, device, gen)
+
+
+def _large_mean(shape, dtype, device, gen):
+    # var = E[x^2] - E[x]^2 in fp32 loses ~all digits at mean 1000, std 1: a two-pass or Welford
+    # variance is needed.
+    return _with_params(randn(_dims(shape), dtype, device, gen, std=1.0, mean=1000.0), dtype, device, gen)
+
+
+def _tiny_variance(shape, dtype, device, gen):
+    return _with_params(randn(_dims(shape), dtype, device, gen, std=1e-3), dtype, device, gen)
+
+
+def _large_magnitude(shape, dtype, device, gen):
+    # x^2 overflows fp16 above 256: the statistics must be accumulated in fp32.
+    return _with_params(randn(_dims(shape), dtype, device, gen, std=1000.0), dtype, device, gen)
+
+
+def _bytes(shape: Shape, dtype: torch.dtype) -> float:
+    n = int(shape["N"])
+    return (2.0 * prod(_dims(shape)) + 2 * n) * elem_size(dtype)  # x, y, weight, bias
+
+
+SPEC = KernelSpec(
+    name="layernorm",
+    summary="layer_norm(x, weight, bias, eps) over the last dimension",
+    arg_names=("x", "weight", "bias", "eps"),
+    reference=reference,
+    make_inputs=make_inputs,
+    shape_sets={
+        "llama7b": ({"M": 8192, "N": 4096},),
+        "gpt2": ({"M": 8192, "N": 768},),
+        "odd": ({"M": 257, "N": 3000}, {"M": 1000, "N": 1000}),
+        "edge": ({"M": 1, "N": 1}, {"M": 3, "N": 7}, {"M": 2, "N": 40961}, {"B": 2, "M": 3, "N": 5}),
+        "cpu": ({"M": 16, "N": 256}, {"M": 9, "N": 100}),
+    },
+    tolerances=ROWWISE,
+    flops=lambda s: 8.0 * prod(_dims(s)),
+    bytes_moved=_bytes,
+    stress_cases=(
+        StressCase("large_mean", "mean 1000, std 1: single-pass E[x^2]-E[x]^2 variance cancels", _large_mean),
+        StressCase("tiny_variance", "std 1e-3, comparable to eps", _tiny_variance),
+        StressCase("large_magnitude", "std 1000: x^2 overflows fp16", _large_magnitude),
+    ),
+    noncontiguous_args=(0,),
+)
