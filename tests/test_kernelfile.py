@@ -1,0 +1,70 @@
+"""The kernel-file contract is read statically: nothing in the file runs."""
+
+import textwrap
+
+import pytest
+
+from autokernel_ci import kernelfile
+from autokernel_ci.kernelfile import KernelFileError
+
+GOOD = textwrap.dedent('''\
+    """RMSNorm, test file."""
+    KERNEL_TYPE = "rmsnorm"
+    BACKEND = "triton"
+    CONFIG = {"BLOCK": 1024, "num_warps": 4}  # tuned
+    SEARCH_SPACE = {"BLOCK": [512, 1024], "num_warps": [4, 8]}
+    raise SystemExit("a parse must never execute the file")
+    def kernel_fn(x, weight, eps):
+        return x
+''')
+
+
+def test_parse_reads_declarations_without_executing():
+    kf = kernelfile.parse(GOOD)
+    assert (kf.kernel_type, kf.backend, kf.config) == ("rmsnorm", "triton", {"BLOCK": 1024, "num_warps": 4})
+    assert kf.summary == "RMSNorm, test file."
+    assert len(kf.source_hash) == 16
+
+
+def test_config_points_cover_the_cross_product():
+    points = list(kernelfile.parse(GOOD).config_points())
+    assert len(points) == 4 and {"BLOCK": 512, "num_warps": 8} in points
+
+
+def test_with_config_rewrites_only_config():
+    kf = kernelfile.parse(GOOD).with_config({"BLOCK": 512, "num_warps": 8})
+    assert kf.config == {"BLOCK": 512, "num_warps": 8}
+    assert kf.source.count("\n") == GOOD.count("\n")
+    assert "# tuned" in kf.source and "SEARCH_SPACE = " in kf.source
+    assert kf.source_hash != kernelfile.parse(GOOD).source_hash
+
+
+def test_multiline_config_is_replaced_whole():
+    src = GOOD.replace('CONFIG = {"BLOCK": 1024, "num_warps": 4}  # tuned',
+                       'CONFIG = {\n    "BLOCK": 1024,\n    "num_warps": 4,\n}')
+    kf = kernelfile.parse(src).with_config({"BLOCK": 512, "num_warps": 4})
+    assert kf.config["BLOCK"] == 512 and '"BLOCK": 1024' not in kf.source
+
+
+@pytest.mark.parametrize(
+    ("edit", "message"),
+    [
+        (lambda s: s.replace('KERNEL_TYPE = "rmsnorm"\n', ""), "missing top-level KERNEL_TYPE"),
+        (lambda s: s.replace('"rmsnorm"', '"conv"'), "KERNEL_TYPE='conv' is not one of"),
+        (lambda s: s.replace('"triton"', '"opencl"'), "BACKEND='opencl'"),
+        (lambda s: s.replace("def kernel_fn(x, weight, eps)", "def kernel_fn(x, eps)"), "does not match"),
+        (lambda s: s.replace("def kernel_fn", "def other_fn"), "no top-level `def kernel_fn"),
+        (lambda s: s.replace('"num_warps": [4, 8]', '"stages": [2]'), "CONFIG does not set"),
+        (lambda s: s.replace('[512, 1024]', '[]'), "non-empty list"),
+        (lambda s: s.replace('CONFIG = {"BLOCK": 1024', 'CONFIG = {"BLOCK": 2 ** 10'), "must be a literal"),
+        (lambda s: s + "def broken(:\n", "syntax error at line"),
+    ],
+)
+def test_contract_violations_are_named(edit, message):
+    with pytest.raises(KernelFileError, match=message):
+        kernelfile.parse(edit(GOOD))
+
+
+def test_load_missing_file(tmp_path):
+    with pytest.raises(KernelFileError, match="does not exist"):
+        kernelfile.load(tmp_path / "nope.py")

@@ -1,0 +1,44 @@
+"""A non-editable install must carry kernels/, gpu_specs/ and templates/ (DESIGN.md §3)."""
+
+import os
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory) -> Path:
+    out = tmp_path_factory.mktemp("wheel")
+    # --no-build-isolation: hatchling is a dev dependency here; CI's pip has it installed.
+    subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "-q",
+                    "-w", str(out), str(ROOT)], check=True, cwd=out)
+    (whl,) = out.glob("autokernel_ci-*.whl")
+    return whl
+
+
+def test_wheel_carries_data_dirs_and_entry_points(wheel):
+    names = zipfile.ZipFile(wheel).namelist()
+    for data in ("kernels", "gpu_specs", "templates"):
+        assert any(n.startswith(f"autokernel_ci/_data/{data}/") for n in names), data
+    entry = next(n for n in names if n.endswith("entry_points.txt"))
+    text = zipfile.ZipFile(wheel).read(entry).decode()
+    assert "autokernel-ci = autokernel_ci.cli:main" in text
+    assert "autokernel_ci = autokernel_ci.harness.plugin" in text
+
+
+def test_installed_copy_finds_data_from_another_directory(wheel, tmp_path):
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True)
+    code = ("import autokernel_ci.paths as p; print(p.kernels_dir()); print(p.gpu_specs_dir()); "
+            "print(p.templates_dir())")
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True).stdout.split()
+    assert all(line.startswith(str(target)) for line in out), out
+    assert all(Path(line).is_dir() for line in out)
