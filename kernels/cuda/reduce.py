@@ -1,0 +1,137 @@
+"""Row sum, CUDA C++ (NVRTC): one row per block (or per warp for short rows), 16-byte loads, fp32 accumulation.
+
+Every row is read once with aligned vector loads (a scalar head and tail handle any row length
+and start), summed per thread in fp32, then across the row's warps with shuffles in a fixed order
+(bitwise deterministic).
+"""
+
+import math
+
+import torch
+
+from autokernel_ci import nvrtc
+
+KERNEL_TYPE = "reduce"
+BACKEND = "cuda"
+CONFIG = {"THREADS": 512, "VEC_BYTES": 16, "SMALL_N": 2048}
+SEARCH_SPACE = {
+    "THREADS": [128, 256, 512, 1024],
+    "VEC_BYTES": [4, 8, 16],
+    "SMALL_N": [0, 512, 1024, 2048, 4096],
+}
+
+CUDA_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the WPR warps that share a row; every thread of the group gets the same value.
+template <int WPR>
+__device__ __forceinline__ float group_sum(float v, float* red) {
+    v = warp_sum(v);
+    if (WPR == 1) return v;
+    const int warp = threadIdx.x >> 5;
+    __syncthreads();  // red[] may still be read by the previous reduction
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    __syncthreads();
+    const int first = (warp / WPR) * WPR;
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < WPR; ++i) t += red[first + i];
+    return t;
+}
+// Visit every element of a row once as fp32: a few scalar loads up to the first 16-byte boundary,
+// then aligned vectors, then the scalar tail. Works for any row length and any row start, so
+// rows of odd length (V = 50257) still get vector loads.
+template <typename T, int VEC, typename F>
+__device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int tid, int nthreads, F f) {
+    int head = 0;
+    if (VEC > 1) {
+        const int mis = (int)((reinterpret_cast<unsigned long long>(row) / sizeof(T)) % VEC);
+        head = mis ? min(n, VEC - mis) : 0;
+    }
+    for (int i = tid; i < head; i += nthreads) f(to_float(row[i]));
+    const int nvec = (n - head) / VEC;
+    const Vec<T, VEC>* body = reinterpret_cast<const Vec<T, VEC>*>(row + head);
+    for (int i = tid; i < nvec; i += nthreads) {
+        const Vec<T, VEC> v = body[i];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) f(to_float(v.v[k]));
+    }
+    for (int i = head + nvec * VEC + tid; i < n; i += nthreads) f(to_float(row[i]));
+}
+template <typename T, int WPR>
+__device__ __forceinline__ void sum_rows(T* __restrict__ y, const T* __restrict__ x, int rows, int n) {
+    __shared__ float red[THREADS / 32];
+    constexpr int GROUP = WPR * 32;
+    constexpr int VEC = (int)(VEC_BYTES / sizeof(T)) > 0 ? (int)(VEC_BYTES / sizeof(T)) : 1;
+    const int tid = threadIdx.x % GROUP;
+    const int row = blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
+    const bool valid = row < rows;
+    float acc = 0.f;
+    if (valid) scan_row<T, VEC>(x + (long long)row * n, n, tid, GROUP, [&](float v) { acc += v; });
+    acc = group_sum<WPR>(acc, red);
+    if (valid && tid == 0) y[row] = from_float<T>(acc);
+}
+
+#define SUM_KERNEL(NAME, T, WPR)                                                                        \
+    extern "C" __global__ void __launch_bounds__(THREADS) reduce_##NAME(T* __restrict__ y, const T* __restrict__ x, \
+                                                                        int rows, int n) {              \
+        sum_rows<T, WPR>(y, x, rows, n);                                                                \
+    }
+#define SUM_DTYPE(SUFFIX, T)                  \
+    SUM_KERNEL(SUFFIX##_w, T, THREADS / 32)   \
+    SUM_KERNEL(SUFFIX##_n, T, 1)
+
+SUM_DTYPE(f32, float)
+SUM_DTYPE(f16, __half)
+SUM_DTYPE(bf16, __nv_bfloat16)
+"""
+
+_SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _defines():
+    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"]}
+
+
+def cuda_builds():
+    """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
+    names = [f"reduce_{s}_{w}" for s in _SUFFIX.values() for w in "nw"]
+    return [(CUDA_SOURCE, _defines(), names)]
+
+
+def kernel_fn(x):
+    n = x.shape[-1]
+    x2 = x.contiguous().view(-1, n)
+    rows = x2.shape[0]
+    y = torch.empty((rows,), dtype=x.dtype, device=x.device)
+    if rows == 0:
+        return y.view(x.shape[:-1])
+    if n == 0:
+        return y.zero_().view(x.shape[:-1])
+    wide = n > CONFIG["SMALL_N"]
+    threads = CONFIG["THREADS"]
+    rows_per_block = 1 if wide else threads // 32
+    name = f"reduce_{_SUFFIX[x.dtype]}_{'w' if wide else 'n'}"
+    kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="reduce.cu")
+    nvrtc.launch(kernel, grid=(math.ceil(rows / rows_per_block),), block=(threads,),
+                 args=(y, x2, nvrtc.i32(rows), nvrtc.i32(n)))
+    return y.view(x.shape[:-1])

@@ -1,0 +1,165 @@
+"""RMSNorm, CUDA C++ (NVRTC): one row per block (or per warp for short rows), 16-byte loads, row held in registers.
+
+Each thread keeps up to CACHE_VECS vectors of its row in registers, so x is read from memory once;
+the mean square is reduced with warp shuffles (fp32), then x * rsqrt(ms + eps) * weight is written.
+Rows longer than the register cache re-read the rest (from L2). Rows of at most SMALL_N elements
+get one warp each, THREADS/32 rows per block.
+"""
+
+import math
+
+import torch
+
+from autokernel_ci import nvrtc
+
+KERNEL_TYPE = "rmsnorm"
+BACKEND = "cuda"
+CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "SMALL_N": 1024}
+SEARCH_SPACE = {
+    "THREADS": [128, 256, 512, 1024],
+    "VEC_BYTES": [4, 8, 16],
+    "CACHE_VECS": [1, 2, 4, 8],
+    "SMALL_N": [0, 512, 1024, 2048],
+}
+
+CUDA_SOURCE = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the WPR warps that share a row; every thread of the group gets the same value.
+template <int WPR>
+__device__ __forceinline__ float group_sum(float v, float* red) {
+    v = warp_sum(v);
+    if (WPR == 1) return v;
+    const int warp = threadIdx.x >> 5;
+    __syncthreads();  // red[] may still be read by the previous reduction
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    __syncthreads();
+    const int first = (warp / WPR) * WPR;
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < WPR; ++i) t += red[first + i];
+    return t;
+}
+
+template <typename T, int VEC, int WPR>
+__device__ __forceinline__ void rmsnorm_rows(T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ w,
+                                             int rows, int n, float eps) {
+    __shared__ float red[THREADS / 32];
+    constexpr int GROUP = WPR * 32;
+    using V = Vec<T, VEC>;
+    const int tid = threadIdx.x % GROUP;
+    const int row = blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
+    const bool valid = row < rows;
+    const long long base = (long long)(valid ? row : 0) * n;
+    const V* xr = reinterpret_cast<const V*>(x + base);
+    const V* wv = reinterpret_cast<const V*>(w);
+    V* yr = reinterpret_cast<V*>(y + base);
+    const int nvec = valid ? n / VEC : 0;  // the host picks VEC so that VEC divides n
+
+    float cache[CACHE_VECS][VEC];
+    float ss = 0.f;
+#pragma unroll
+    for (int c = 0; c < CACHE_VECS; ++c) {
+        const int i = c * GROUP + tid;
+        if (i < nvec) {
+            const V v = xr[i];
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) { cache[c][k] = to_float(v.v[k]); ss += cache[c][k] * cache[c][k]; }
+        }
+    }
+    for (int i = CACHE_VECS * GROUP + tid; i < nvec; i += GROUP) {
+        const V v = xr[i];
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) { const float f = to_float(v.v[k]); ss += f * f; }
+    }
+    ss = group_sum<WPR>(ss, red);
+    const float inv = rsqrtf(ss / (float)n + eps);
+
+#pragma unroll
+    for (int c = 0; c < CACHE_VECS; ++c) {
+        const int i = c * GROUP + tid;
+        if (i < nvec) {
+            const V g = wv[i];
+            V o;
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(cache[c][k] * inv * to_float(g.v[k]));
+            yr[i] = o;
+        }
+    }
+    for (int i = CACHE_VECS * GROUP + tid; i < nvec; i += GROUP) {
+        const V v = xr[i], g = wv[i];
+        V o;
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(to_float(v.v[k]) * inv * to_float(g.v[k]));
+        yr[i] = o;
+    }
+}
+
+#define VEC_OF(T) ((int)(VEC_BYTES / sizeof(T)) > 0 ? (int)(VEC_BYTES / sizeof(T)) : 1)
+#define RMSNORM_KERNEL(NAME, T, VEC, WPR)                                                              \
+    extern "C" __global__ void __launch_bounds__(THREADS) rmsnorm_##NAME(                              \
+        T* __restrict__ y, const T* __restrict__ x, const T* __restrict__ w, int rows, int n, float eps) { \
+        rmsnorm_rows<T, VEC, WPR>(y, x, w, rows, n, eps);                                              \
+    }
+#define RMSNORM_DTYPE(SUFFIX, T)                                 \
+    RMSNORM_KERNEL(SUFFIX##_v_w, T, VEC_OF(T), THREADS / 32)     \
+    RMSNORM_KERNEL(SUFFIX##_s_w, T, 1, THREADS / 32)             \
+    RMSNORM_KERNEL(SUFFIX##_v_n, T, VEC_OF(T), 1)                \
+    RMSNORM_KERNEL(SUFFIX##_s_n, T, 1, 1)
+
+RMSNORM_DTYPE(f32, float)
+RMSNORM_DTYPE(f16, __half)
+RMSNORM_DTYPE(bf16, __nv_bfloat16)
+"""
+
+_SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+
+
+def _defines():
+    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "CACHE_VECS": CONFIG["CACHE_VECS"]}
+
+
+def cuda_builds():
+    """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
+    names = [f"rmsnorm_{s}_{v}_{w}" for s in _SUFFIX.values() for v in "sv" for w in "nw"]
+    return [(CUDA_SOURCE, _defines(), names)]
+
+
+def kernel_fn(x, weight, eps):
+    n = x.shape[-1]
+    x2 = x.contiguous().view(-1, n)
+    w = weight.to(x.dtype).contiguous()
+    y = torch.empty_like(x2)
+    rows = x2.shape[0]
+    if rows == 0 or n == 0:
+        return y.view(x.shape)
+    vec_bytes = CONFIG["VEC_BYTES"]
+    vec = max(vec_bytes // x.element_size(), 1)
+    aligned = n % vec == 0 and all(t.data_ptr() % vec_bytes == 0 for t in (x2, w, y))
+    wide = n > CONFIG["SMALL_N"]
+    threads = CONFIG["THREADS"]
+    rows_per_block = 1 if wide else threads // 32
+    name = f"rmsnorm_{_SUFFIX[x.dtype]}_{'v' if aligned else 's'}_{'w' if wide else 'n'}"
+    kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="rmsnorm.cu")
+    nvrtc.launch(kernel, grid=(math.ceil(rows / rows_per_block),), block=(threads,),
+                 args=(y, x2, w, nvrtc.i32(rows), nvrtc.i32(n), nvrtc.f32(eps)))
+    return y.view(x.shape)

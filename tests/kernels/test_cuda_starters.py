@@ -1,0 +1,142 @@
+"""The nine CUDA starter kernels: contract, imports, and every CUDA build compiled with nvcc for sm_90.
+
+Without a GPU the kernels cannot run here; the nvcc builds prove each source (every dtype
+instantiation, every kernel name kernel_fn may ask for) compiles for the H100/H200 arch. On a
+machine with CUDA the last test also runs each starter on the cpu and edge shape sets.
+"""
+
+from __future__ import annotations
+
+import ast
+import importlib.util
+import shutil
+import sys
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+import torch
+
+from autokernel_ci import kernelfile, nvrtc
+from autokernel_ci.compare import compare
+from autokernel_ci.paths import starter_kernel
+from autokernel_ci.specs import KERNEL_TYPES, get_spec
+
+ALLOWED_IMPORTS = {"torch", "math", "autokernel_ci.nvrtc", "autokernel_ci"}
+ARCH = "sm_90"  # H100 / H200
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+
+
+def _nvrtc_loads() -> bool:
+    try:
+        nvrtc._nvrtc_compile('extern "C" __global__ void k() {}', [], ARCH, "probe.cu")
+        return True
+    except Exception:  # noqa: BLE001 - no libnvrtc on this machine
+        return False
+
+
+needs_nvrtc = pytest.mark.skipif(not _nvrtc_loads(), reason="libnvrtc not loadable (pip install nvidia-cuda-nvrtc)")
+
+
+def _import(kernel_type: str, source: str | None = None) -> ModuleType:
+    """Import our own (trusted) starter file, optionally with its CONFIG replaced, as a module."""
+    path = starter_kernel(kernel_type, "cuda")
+    name = f"_cuda_starter_{kernel_type}_{abs(hash(source)) if source else 0}"
+    if source is None:
+        spec = importlib.util.spec_from_file_location(name, path)
+        module = importlib.util.module_from_spec(spec)
+        spec.loader.exec_module(module)
+    else:
+        module = ModuleType(name)
+        module.__file__ = str(path)
+        exec(compile(source, str(path), "exec"), module.__dict__)  # noqa: S102 - our own starter file
+    sys.modules.setdefault(name, module)
+    return module
+
+
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_starter_meets_the_kernel_file_contract(kernel_type):
+    kf = kernelfile.load(starter_kernel(kernel_type, "cuda"))
+    assert kf.kernel_type == kernel_type
+    assert kf.backend == "cuda"
+    assert kf.summary, "the docstring's first line is the kernel's one-line summary"
+    for key, options in kf.search_space.items():
+        assert kf.config[key] in options, f"CONFIG[{key!r}]={kf.config[key]} is outside SEARCH_SPACE {options}"
+
+
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_starter_imports_only_torch_math_and_nvrtc(kernel_type):
+    tree = ast.parse(starter_kernel(kernel_type, "cuda").read_text())
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported |= {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom):
+            imported |= {f"{node.module}.{a.name}" for a in node.names}
+    assert imported <= ALLOWED_IMPORTS, f"unexpected imports {imported - ALLOWED_IMPORTS}"
+    assert "autokernel_ci.nvrtc" in imported
+
+
+def _builds(kernel_type: str, module: ModuleType) -> list[tuple[str, dict, list[str]]]:
+    builds = module.cuda_builds()
+    assert builds, "cuda_builds() lists at least one build"
+    return builds
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_every_build_compiles_for_sm90_with_every_kernel_name(kernel_type):
+    module = _import(kernel_type)
+    for source, defines, names in _builds(kernel_type, module):
+        result = nvrtc.compile_check(source, ARCH, defines=defines, source_name=f"{kernel_type}.cu")
+        missing = set(names) - set(result.kernels)
+        assert not missing, f"{kernel_type} {defines}: kernels {sorted(missing)} not in the cubin {result.kernels}"
+        for suffix in ("f32", "f16", "bf16"):  # one instantiation per dtype of the spec
+            assert any(suffix in k for k in result.kernels), f"no {suffix} kernel in {result.kernels}"
+
+
+@needs_nvrtc
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_every_build_compiles_through_nvrtc(kernel_type):
+    """NVRTC is not nvcc (no <math.h>, so no INFINITY): the run-time compiler must accept the source too."""
+    module = _import(kernel_type)
+    for source, defines, names in _builds(kernel_type, module):
+        cubin = nvrtc._nvrtc_compile(source, nvrtc.option_strings(defines), ARCH, f"{kernel_type}.cu")
+        assert set(names) <= set(nvrtc.elf_function_symbols(cubin))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_largest_search_space_point_still_compiles(kernel_type):
+    """The search agent may pick the last value of every SEARCH_SPACE list: that corner must build too."""
+    kf = kernelfile.load(starter_kernel(kernel_type, "cuda"))
+    corner = {key: options[-1] for key, options in kf.search_space.items()}
+    module = _import(kernel_type, kf.with_config(corner).source)
+    source, defines, names = _builds(kernel_type, module)[-1]  # flash_attention: the largest head dim
+    result = nvrtc.compile_check(source, ARCH, defines=defines, source_name=f"{kernel_type}.cu")
+    assert set(names) <= set(result.kernels)
+
+
+def _shapes(spec):
+    return spec.shapes("cpu", "edge")
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_starter_matches_reference_on_gpu(kernel_type):
+    spec = get_spec(kernel_type)
+    module = _import(kernel_type)
+    gen = torch.Generator(device="cuda").manual_seed(0)
+    for shape in _shapes(spec):
+        for dtype in spec.dtypes:
+            inputs = spec.make_inputs(shape, dtype, torch.device("cuda"), gen)
+            out = module.kernel_fn(*inputs)
+            torch.cuda.synchronize()
+            failure = compare(out, spec.run_reference(inputs), spec.tolerances[dtype],
+                              expect_dtype=spec.output_dtype or inputs[0].dtype)
+            assert failure is None, f"{kernel_type} {spec.describe_shape(shape)} {dtype}: {failure}"
+
+
+def test_starter_files_exist_for_every_type():
+    missing = [t for t in KERNEL_TYPES if not Path(starter_kernel(t, "cuda")).is_file()]
+    assert not missing

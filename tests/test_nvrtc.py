@@ -1,0 +1,186 @@
+"""autokernel_ci.nvrtc: cache key, option canonicalisation, include discovery, argument typing, compile
+errors that name the line (nvcc here; NVRTC too where libnvrtc loads), and a real launch on a GPU."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+import torch
+
+from autokernel_ci import nvrtc
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+needs_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+
+GOOD = r"""
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+extern "C" __global__ void scale_f32(float* y, const float* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = x[i] * SCALE;
+}
+extern "C" __global__ void scale_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = __float2bfloat16(__bfloat162float(x[i]) * SCALE);
+}
+"""
+BROKEN_LINE = 5  # the line of BROKEN that lacks its semicolon
+BROKEN = """#include <cuda_fp16.h>
+
+extern "C" __global__ void broken(float* y) {
+    const int i = threadIdx.x;
+    y[i] = 1.0f
+}
+"""
+
+
+def _nvrtc_loads() -> bool:
+    try:
+        nvrtc._nvrtc_compile("extern \"C\" __global__ void k() {}", [], "sm_90", "probe.cu")
+        return True
+    except Exception:  # noqa: BLE001 - no libnvrtc on this machine
+        return False
+
+
+needs_nvrtc = pytest.mark.skipif(not _nvrtc_loads(), reason="libnvrtc not loadable (pip install nvidia-cuda-nvrtc)")
+
+
+# -- cache key and options -------------------------------------------------------------------------
+def test_cache_key_is_stable_and_covers_source_options_arch_and_toolchain():
+    base = nvrtc.cache_key(GOOD, ["-std=c++17", "-DSCALE=2"], "sm_90", "t1")
+    assert base == nvrtc.cache_key(GOOD, ["-std=c++17", "-DSCALE=2"], "sm_90", "t1")
+    assert len(base) == 64 and int(base, 16) >= 0
+    variants = {
+        nvrtc.cache_key(GOOD + " ", ["-std=c++17", "-DSCALE=2"], "sm_90", "t1"),
+        nvrtc.cache_key(GOOD, ["-std=c++17", "-DSCALE=3"], "sm_90", "t1"),
+        nvrtc.cache_key(GOOD, ["-std=c++17", "-DSCALE=2"], "sm_80", "t1"),
+        nvrtc.cache_key(GOOD, ["-std=c++17", "-DSCALE=2"], "sm_90", "t2"),
+    }
+    assert base not in variants and len(variants) == 4
+
+
+def test_options_are_canonical_so_equal_builds_share_a_key():
+    a = nvrtc.option_strings({"B": 2, "A": True})
+    b = nvrtc.option_strings({"A": 1, "B": 2})
+    assert a == b == ["-std=c++17", "-DA=1", "-DB=2"]
+
+
+@pytest.mark.parametrize("defines", [{"A; rm -rf /": 1}, {"A": "1 -o /etc/passwd"}, {"A": "$(id)"}])
+def test_defines_that_are_not_plain_tokens_are_refused(defines):
+    with pytest.raises(ValueError, match="define"):
+        nvrtc.option_strings(defines)
+
+
+# -- include discovery -----------------------------------------------------------------------------
+def test_include_dirs_hold_the_fp16_and_bf16_headers():
+    nvrtc.include_dirs.cache_clear()
+    dirs = nvrtc.include_dirs()
+    if not dirs:
+        pytest.skip("no CUDA headers on this machine")
+    from pathlib import Path
+
+    for name in ("cuda_fp16.h", "cuda_bf16.h"):
+        assert (Path(dirs[0]) / name).is_file()
+
+
+def test_explicit_include_dir_comes_first_and_dirs_without_headers_are_ignored(tmp_path, monkeypatch):
+    good = tmp_path / "good"
+    good.mkdir()
+    (good / "cuda_fp16.h").write_text("")
+    (good / "cuda_bf16.h").write_text("")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    monkeypatch.setenv("AUTOKERNEL_CUDA_INCLUDE", f"{empty}:{good}")
+    nvrtc.include_dirs.cache_clear()
+    try:
+        dirs = nvrtc.include_dirs()
+        assert dirs[0] == str(good.resolve())
+        assert str(empty.resolve()) not in dirs
+    finally:
+        nvrtc.include_dirs.cache_clear()
+
+
+# -- launch arguments (checked before anything reaches the driver) ----------------------------------
+def test_bare_python_scalars_are_refused_with_the_fix():
+    with pytest.raises(nvrtc.LaunchError, match="i32"):
+        nvrtc.kernel_args([7], 0)
+    with pytest.raises(nvrtc.LaunchError, match="f32"):
+        nvrtc.kernel_args([0.5], 0)
+
+
+def test_typed_scalars_pass_and_range_is_checked():
+    out = nvrtc.kernel_args([nvrtc.i32(3), nvrtc.i64(2**40), nvrtc.f32(0.5), None], 0)
+    assert out[0].value == 3 and out[1].value == 2**40 and out[2].value == 0.5 and out[3] == 0
+    with pytest.raises(nvrtc.LaunchError, match="int32"):
+        nvrtc.i32(2**31)
+
+
+def test_cpu_tensor_is_refused():
+    with pytest.raises(nvrtc.LaunchError, match="cpu"):
+        nvrtc.kernel_args([torch.zeros(4)], 0)
+
+
+# -- nvcc compile check ----------------------------------------------------------------------------
+@needs_nvcc
+def test_compile_check_lists_the_extern_c_kernels_and_applies_defines():
+    result = nvrtc.compile_check(GOOD, "sm_90", defines={"SCALE": 2})
+    assert result.kernels == ("scale_bf16", "scale_f32")
+    assert result.cubin_bytes > 0
+    with pytest.raises(nvrtc.CompileError):  # SCALE undefined: the define really reaches the compiler
+        nvrtc.compile_check(GOOD, "sm_90")
+
+
+@needs_nvcc
+def test_compile_error_names_the_line():
+    with pytest.raises(nvrtc.CompileError) as info:
+        nvrtc.compile_check(BROKEN, "sm_90", source_name="broken.cu")
+    err = info.value
+    assert BROKEN_LINE in err.lines or BROKEN_LINE + 1 in err.lines  # nvcc reports the missing ';' at the next token
+    assert f"line {err.lines[0]}" in str(err) and "broken.cu" in str(err)
+    assert "error" in err.log
+
+
+def test_compile_check_refuses_odd_arch_and_file_names():
+    with pytest.raises(ValueError, match="arch"):
+        nvrtc.compile_check(GOOD, "sm_90; rm -rf /")
+    with pytest.raises(ValueError, match="source_name"):
+        nvrtc.compile_check(GOOD, source_name="../x.cu")
+
+
+# -- NVRTC (runs wherever libnvrtc loads; no GPU needed to compile) --------------------------------
+@needs_nvrtc
+def test_nvrtc_builds_the_same_source_and_caches_in_memory_and_on_disk(tmp_path, monkeypatch):
+    monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
+    nvrtc.clear_cache()
+    first = nvrtc.build(GOOD, defines={"SCALE": 2}, arch="sm_90")
+    assert first.origin == ""
+    assert sorted(nvrtc.elf_function_symbols(first.cubin)) == ["scale_bf16", "scale_f32"]
+    assert nvrtc.build(GOOD, defines={"SCALE": 2}, arch="sm_90") is first  # in-process hit
+    assert (tmp_path / f"{first.key}.cubin").is_file()
+    nvrtc.clear_cache()
+    again = nvrtc.build(GOOD, defines={"SCALE": 2}, arch="sm_90")
+    assert again.origin == "disk" and again.cubin == first.cubin
+    nvrtc.clear_cache()
+
+
+@needs_nvrtc
+def test_nvrtc_compile_error_names_the_line(monkeypatch):
+    monkeypatch.setenv(nvrtc.CACHE_ENV, "off")
+    with pytest.raises(nvrtc.CompileError) as info:
+        nvrtc.build(BROKEN, arch="sm_90", source_name="broken.cu")
+    assert BROKEN_LINE in info.value.lines or BROKEN_LINE + 1 in info.value.lines
+    assert "NVRTC" in str(info.value) and "broken.cu" in str(info.value)
+
+
+# -- on a GPU: build, launch on torch's stream, check the numbers ---------------------------------
+@needs_gpu
+@pytest.mark.parametrize("dtype,name", [(torch.float32, "scale_f32"), (torch.bfloat16, "scale_bf16")])
+@pytest.mark.parametrize("n", [1, 1000, 4097])
+def test_launch_on_torch_tensors(dtype, name, n):
+    x = torch.randn(n, device="cuda").to(dtype)
+    y = torch.full_like(x, float("nan"))
+    kernel = nvrtc.compile_kernel(GOOD, name, defines={"SCALE": 3})
+    nvrtc.launch(kernel, grid=((n + 255) // 256,), block=(256,), args=(y, x, nvrtc.i32(n)))
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, (x.float() * 3).to(dtype))
