@@ -117,6 +117,7 @@ class BenchResult:
     rows: list[ShapeBench] = field(default_factory=list)
     ceiling_source: str = ""  # "gpu_specs:<key>" or "calibrated"
     note: str = ""  # e.g. CPU timings of interpreted kernels mean nothing
+    checks: dict[str, str] = field(default_factory=dict)  # e.g. below_physical_floor -> "pass" / "fail: ..."
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))
