@@ -1,0 +1,110 @@
+"""Does the built-in search agent find real speedups on a GPU? (run by hand on the H200; not a test)
+
+For each kernel type: a plan with that one op at its llama7b shapes (--dtype, bf16 by default), the
+real loop (`autokernel_ci.loop.optimize`, search agent, real harness) for --minutes of budget, then a
+table: eager, torch.compile, starter, best found, % of ceiling, speedups, experiments used and
+experiments per hour. Writes search_agent.json and search_agent.md (and one run dir per type) to --out.
+
+    python benchmarks/search_agent_gpu.py --minutes 2 --out /tmp/search
+    python benchmarks/search_agent_gpu.py --types rmsnorm,softmax --minutes 1 --out /tmp/search
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
+
+from autokernel_ci.loop import Budget, LoopSettings, optimize  # noqa: E402
+from autokernel_ci.plan import Plan, PlanOp  # noqa: E402
+from autokernel_ci.specs import KERNEL_TYPES, get_spec  # noqa: E402
+
+COLUMNS = ("type", "shapes", "eager_us", "compile_us", "starter_us", "best_us", "pct_of_ceiling", "vs_starter",
+           "vs_eager", "vs_compile", "experiments", "kept", "exp_per_hour", "stopped")
+
+
+def one_op_plan(kind: str, dtype: str) -> Plan:
+    spec = get_spec(kind)
+    shapes = [dict(s) for s in spec.shape_sets["llama7b"]]
+    op = PlanOp(id=f"{kind}-0", kernel_type=kind, name=kind, shapes=shapes, dtype=dtype, calls=1, time_us=1.0,
+                share=1.0, bound="compute" if spec.primary_metric == "TFLOP/s" else "memory", floor_us=None,
+                amdahl_gain=2.0)
+    return Plan(model="benchmarks/search_agent_gpu.py", dtype=dtype, device="cuda", ops=[op])
+
+
+def row(kind: str, summary: dict[str, Any]) -> dict[str, Any]:
+    op = summary["ops"].get(f"{kind}-0", {})
+    hours = summary["elapsed_s"] / 3600.0
+    return {"type": kind, "shapes": ", ".join(get_spec(kind).describe_shape(s) for s in op.get("shapes", [])),
+            "eager_us": op.get("eager_us"), "compile_us": op.get("compile_us"), "starter_us": op.get("starter_us"),
+            "best_us": op.get("best_us"), "pct_of_ceiling": op.get("pct_of_ceiling"),
+            "vs_starter": op.get("speedup_vs_starter"), "vs_eager": op.get("speedup_vs_eager"),
+            "vs_compile": op.get("speedup_vs_compile"), "experiments": op.get("experiments", 0),
+            "kept": op.get("kept", 0), "exp_per_hour": round(summary["experiments"] / hours, 1) if hours else None,
+            "stopped": summary.get("stopped"), "status": op.get("status"), "idea": op.get("idea")}
+
+
+def markdown(rows: list[dict[str, Any]], gpu: str, minutes: float) -> str:
+    def cell(v: Any) -> str:
+        if isinstance(v, float):
+            return f"{v:.2f}"
+        return "–" if v is None else str(v)
+
+    lines = [f"# Search agent on {gpu}: {minutes:g} min per kernel type", "",
+             "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
+    lines += ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--types", default=",".join(KERNEL_TYPES), help="comma-separated kernel types")
+    ap.add_argument("--minutes", type=float, default=1.0, help="loop budget per type (baselines included)")
+    ap.add_argument("--max-experiments", type=int, default=None)
+    ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    try:
+        import torch
+
+        gpu = torch.cuda.get_device_name(0)
+    except Exception:  # noqa: BLE001
+        gpu = "unknown GPU"
+    rows = []
+    for kind in [t.strip() for t in args.types.split(",") if t.strip()]:
+        run = out / f"run_{kind}"
+        shutil.rmtree(run, ignore_errors=True)
+        settings = LoopSettings(device="cuda", seed=args.seed, workers=1,
+                                budget=Budget(minutes=args.minutes, experiments=args.max_experiments))
+        t0 = time.time()
+        try:
+            summary = optimize(one_op_plan(kind, args.dtype), run, settings)
+        except Exception as exc:  # noqa: BLE001 - one type's failure must not hide the others
+            print(f"{kind}: loop failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+            rows.append({**{c: None for c in COLUMNS}, "type": kind, "stopped": f"error: {exc}"})
+            continue
+        r = row(kind, summary)
+        rows.append(r)
+        print(f"{kind}: {r['experiments']} experiments in {time.time() - t0:.0f} s, best {r['best_us']} us "
+              f"({r['vs_starter']}x starter, {r['vs_compile']}x compile, {r['pct_of_ceiling']}% of ceiling)",
+              flush=True)
+    (out / "search_agent.json").write_text(json.dumps({"gpu": gpu, "minutes": args.minutes, "dtype": args.dtype,
+                                                       "rows": rows}, indent=2) + "\n")
+    text = markdown(rows, gpu, args.minutes)
+    (out / "search_agent.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,8 @@
+import pytest
+from llm_server import ScriptedLLM
+
+
+@pytest.fixture
+def llm_server():
+    with ScriptedLLM() as server:
+        yield server

@@ -1,0 +1,128 @@
+"""Pure parts of the harness: environment scrubbing, statistics, keep/revert, physical floor,
+tamper guard, fault classification, rendering. No worker process."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from autokernel_ci.harness import decide as decide_mod
+from autokernel_ci.harness import faults, guard, roofline, sandbox, timing
+from autokernel_ci.harness.decide import decide
+from autokernel_ci.harness.evaluator import fold_bench_checks
+from autokernel_ci.harness.results import BenchResult, ShapeBench, StageResult, Status, Timing, Verdict
+from autokernel_ci.render import render, render_bench, render_verdict
+from autokernel_ci.specs import get_spec
+
+
+def test_scrubbed_env_keeps_toolchain_drops_secrets():
+    parent = {"PATH": "/bin", "HOME": "/root", "CUDA_VISIBLE_DEVICES": "0", "TRITON_CACHE_DIR": "/c",
+              "PYTHONPATH": "/p", "LD_LIBRARY_PATH": "/l", "GITHUB_TOKEN": "t", "GH_TOKEN": "t",
+              "ACTIONS_ID_TOKEN_REQUEST_URL": "u", "OPENAI_API_KEY": "k", "MY_API_KEY": "k", "DB_PASSWORD": "p",
+              "AWS_REGION": "eu", "AZURE_TENANT": "a", "ANTHROPIC_BASE_URL": "u", "TRITON_AUTH_TOKEN": "t",
+              "GITHUB_WORKSPACE": "/w", "RANDOM_APP_SETTING": "x"}
+    env = sandbox.scrubbed_env(parent)
+    assert set(env) == {"PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR", "PYTHONPATH", "LD_LIBRARY_PATH"}
+
+
+@pytest.mark.parametrize(("samples", "median", "p20", "p80"), [
+    ([5.0], 5.0, 5.0, 5.0),
+    ([1.0, 2.0, 3.0, 4.0, 5.0], 3.0, 1.8, 4.2),
+    ([10.0, 1.0, 1.0, 1.0, 1.0, 1.0], 1.0, 1.0, 1.0),
+])
+def test_summarize_median_and_percentiles(samples, median, p20, p80):
+    t = timing.summarize(samples)
+    assert (t.median_us, t.p20_us, t.p80_us, t.samples) == (pytest.approx(median), pytest.approx(p20),
+                                                              pytest.approx(p80), len(samples))
+
+
+def test_time_calls_interleaves_on_cpu():
+    order = []
+    t = timing.time_calls({"a": lambda: order.append("a"), "b": lambda: order.append("b")}, torch.device("cpu"),
+                          samples=4, warmup=0)
+    assert order == ["a", "b", "b", "a", "a", "b", "b", "a"]
+    assert t["a"].samples == 4 and t["b"].samples == 4
+
+
+@pytest.mark.parametrize(("cand", "best", "keep"), [
+    (Timing(90, 89, 91, 50), Timing(100, 99, 101, 50), True),      # 10% faster, 2% spread
+    (Timing(99.5, 99, 100, 50), Timing(100, 99.5, 100.5, 50), False),  # 0.5% < 1% floor
+    (Timing(90, 80, 100, 50), Timing(100, 99, 101, 50), False),     # 10% faster but 20% spread
+    (Timing(110, 109, 111, 50), Timing(100, 99, 101, 50), False),   # slower
+])
+def test_decide_keeps_only_beyond_noise(cand, best, keep):
+    d = decide(cand, best)
+    assert d.keep is keep, d.reason
+    assert d.speedup == pytest.approx(best.median_us / cand.median_us, rel=1e-3)
+    assert d.noise >= decide_mod.MIN_NOISE
+
+
+def test_decide_rejects_nonpositive():
+    with pytest.raises(ValueError, match="positive"):
+        decide(Timing(0, 0, 0, 1), Timing(1, 1, 1, 1))
+
+
+def test_physical_floor_and_fold():
+    spec = get_spec("rmsnorm")
+    shape = {"M": 8192, "N": 4096}
+    floor = roofline.floor_us(spec, shape, torch.bfloat16)
+    assert floor == pytest.approx(spec.bytes_moved(shape, torch.bfloat16) / 4800e9 * 1e6, rel=1e-6)
+    assert roofline.below_floor(spec, shape, torch.bfloat16, floor * 1.2) is None
+    problem = roofline.below_floor(spec, shape, torch.bfloat16, floor / 3)
+    assert problem and "physical floor" in problem
+    verdict = Verdict("k", "rmsnorm", "triton", "h", "cuda", Status.PASS,
+                      stages=[StageResult("smoke", Status.PASS)])
+    bench = BenchResult("k", "rmsnorm", "triton", "h", "cuda", "gpu",
+                        checks={"below_physical_floor": f"fail: {problem}"})
+    fold_bench_checks(verdict, bench)
+    assert verdict.status is Status.FAIL and verdict.reason.startswith("bench: below_physical_floor")
+    assert roofline.metric_value(spec, shape, torch.bfloat16, floor) == pytest.approx(4800, rel=1e-6)
+
+
+def test_guard_detects_and_ignores_additions():
+    import autokernel_ci.harness.stages as stages
+
+    snap = guard.take_snapshot()
+    assert guard.find_tampering(snap) == []
+    original = torch.allclose
+    stages.__dict__["brand_new_name"] = 1  # additions (lazy submodules) are not tampering
+    try:
+        torch.allclose = lambda *a, **k: True
+        assert guard.find_tampering(snap) == ["torch.allclose was replaced"]
+    finally:
+        torch.allclose = original
+        del stages.__dict__["brand_new_name"]
+    assert guard.find_tampering(snap) == []
+
+
+@pytest.mark.parametrize(("exc", "status"), [
+    (RuntimeError("boom"), Status.CRASH),
+    (MemoryError(), Status.OOM),
+    (RuntimeError("CUDA out of memory. Tried to allocate 2 GiB"), Status.OOM),
+    (RuntimeError("DefaultCPUAllocator: can't allocate memory"), Status.OOM),
+    (type("CompilationError", (Exception,), {})("bad"), Status.COMPILE_ERROR),
+    (type("NVRTCError", (Exception,), {})("bad"), Status.COMPILE_ERROR),
+])
+def test_fault_classification(exc, status):
+    assert faults.classify(exc) is status
+
+
+def test_cuda_context_poisoning_detected():
+    assert faults.poisons_cuda_context(RuntimeError("CUDA error: an illegal memory access was encountered"))
+    assert not faults.poisons_cuda_context(RuntimeError("shape mismatch"))
+
+
+def test_render_verdict_and_bench():
+    v = Verdict("k.py", "softmax", "triton", "abc", "cpu", Status.FAIL, reason="smoke: caching: x",
+                stages=[StageResult("smoke", Status.FAIL, reason="caching: two inputs", cases=2)],
+                hardening={"caching": "fail: two inputs"})
+    text = render_verdict(v)
+    assert "FAIL" in text and "caching" in text and "smoke" in text
+    b = BenchResult("k.py", "softmax", "triton", "abc", "cpu", "cpu", note="CPU timings mean nothing",
+                    rows=[ShapeBench({"M": 4, "N": 8}, "bfloat16", Timing(10, 9, 11, 5), eager=Timing(20, 19, 21, 5),
+                                     value=1.5, speedup_vs_eager=2.0)])
+    text = render_bench(b)
+    assert "M4xN8" in text and "2.00x" in text and "mean nothing" in text
+    assert render(b) == text
+    with pytest.raises(TypeError):
+        render(1)

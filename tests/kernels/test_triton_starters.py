@@ -1,0 +1,408 @@
+"""The nine Triton starter kernels (kernels/triton/<type>.py): contract, correctness and CONFIG points.
+
+Runs on CPU through the Triton interpreter (tests/conftest.py sets TRITON_INTERPRET=1 without a GPU)
+or on CUDA with AUTOKERNEL_TEST_DEVICE=cuda. Each output is checked with compare() against the spec's
+high-precision reference while every tensor kernel_fn allocates is filled with NaN (an unwritten
+element fails) and every aten op it calls is checked against the spec's allow-list; inputs are
+checked unmodified and unaliased.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import random
+import subprocess
+import sys
+import uuid
+from pathlib import Path
+
+import pytest
+import torch
+from torch.utils._python_dispatch import TorchDispatchMode
+
+from autokernel_ci import kernelfile
+from autokernel_ci.compare import compare
+from autokernel_ci.specs import KERNEL_TYPES, get_spec
+
+KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels" / "triton"
+DEVICE = torch.device(os.environ.get("AUTOKERNEL_TEST_DEVICE", "cpu"))
+CONFIG_SAMPLES = 10  # CONFIG points per type: the cross products hold 100-4000 points, each ~0.2-2 s here
+TYPES = [t for t in KERNEL_TYPES if (KERNELS_DIR / f"{t}.py").is_file()]
+
+# Edge shapes left out in the interpreter, with the measured reason. None so far: the widest rows
+# (softmax/reduce N=65537, cross_entropy V=131071) take under 3 s each through the looped variants.
+SLOW_EDGE_SHAPES: dict[str, set[str]] = {}
+
+
+def _import(path: Path):
+    name = f"_starter_{path.stem}_{uuid.uuid4().hex[:8]}"
+    spec = importlib.util.spec_from_file_location(name, path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module  # triton.jit reads the defining module's globals through sys.modules
+    spec.loader.exec_module(module)
+    return module
+
+
+_MODULES: dict[str, object] = {}
+
+
+def _module(kernel_type: str):
+    if kernel_type not in _MODULES:
+        _MODULES[kernel_type] = _import(KERNELS_DIR / f"{kernel_type}.py")
+    return _MODULES[kernel_type]
+
+
+def _cases(set_name: str) -> list:
+    out = []
+    for t in TYPES:
+        spec = get_spec(t)
+        for shape in spec.shape_sets[set_name]:
+            label = spec.describe_shape(shape)
+            for dtype in spec.dtypes:
+                marks = [pytest.mark.skip(reason="slow in interpreter")] if label in SLOW_EDGE_SHAPES.get(t, ()) else []
+                out.append(pytest.param(t, dict(shape), dtype, id=f"{t}-{label}-{str(dtype)[6:]}", marks=marks))
+    return out
+
+
+# Triton's CPU interpreter writes kernel results back into the tensors through aten::set_; on a GPU
+# a launch issues no aten op at all.
+INTERPRETER_OPS = frozenset({"set_"}) if DEVICE.type == "cpu" else frozenset()
+_ALLOCATING_OPS = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
+
+
+class PoisonAndRecord(TorchDispatchMode):
+    """What the harness does around a candidate: NaN-filled allocations and a record of the aten ops."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.ops: set[str] = set()
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        name = func.overloadpacket.__name__
+        self.ops.add(name)
+        out = func(*args, **(kwargs or {}))
+        if name in _ALLOCATING_OPS and isinstance(out, torch.Tensor):
+            out.fill_(float("nan") if out.is_floating_point() else -1)
+        return out
+
+
+def _storage_span(t: torch.Tensor) -> tuple[int, int]:
+    start = t.untyped_storage().data_ptr()
+    return start, start + t.untyped_storage().nbytes()
+
+
+def run_and_check(module, kernel_type: str, inputs: tuple, dtype: torch.dtype) -> torch.Tensor:
+    spec = get_spec(kernel_type)
+    ref = spec.run_reference(inputs)
+    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
+    with PoisonAndRecord() as mode:
+        out = module.kernel_fn(*inputs)
+    disallowed = mode.ops - spec.allowed_aten - INTERPRETER_OPS
+    assert not disallowed, f"{kernel_type}: kernel_fn called aten ops outside the spec's allow-list: {disallowed}"
+    expect = spec.output_dtype or dtype
+    failure = compare(out, ref, spec.tolerances[dtype], expect_dtype=expect)
+    assert failure is None, f"{kernel_type} {dtype}: {failure}"
+    for x, x0 in zip(inputs, before, strict=True):
+        if isinstance(x, torch.Tensor):
+            assert torch.equal(x, x0), f"{kernel_type}: kernel_fn modified an input"
+            lo, hi = _storage_span(x)
+            o_lo, o_hi = _storage_span(out)
+            assert o_hi <= lo or o_lo >= hi, f"{kernel_type}: output aliases an input"
+    return out
+
+
+def test_poison_and_allow_list_catch_a_bad_kernel() -> None:
+    """The checks above can fail: an unwritten element and a forbidden torch op are both caught."""
+    spec = get_spec("softmax")
+    x = _inputs("softmax", {"M": 4, "N": 8}, torch.float32)
+    with PoisonAndRecord() as mode:
+        y = torch.empty_like(x[0])
+        y[:, :-1] = torch.softmax(x[0][:, :-1], dim=-1)  # last column never written
+    assert torch.isnan(y[:, -1]).all()
+    assert compare(y, spec.run_reference(x), spec.tolerances[torch.float32]) is not None
+    assert "_softmax" in mode.ops - spec.allowed_aten
+
+
+def _inputs(kernel_type: str, shape: dict, dtype: torch.dtype, seed: int = 0) -> tuple:
+    gen = torch.Generator(device=DEVICE).manual_seed(seed)
+    return get_spec(kernel_type).make_inputs(shape, dtype, DEVICE, gen)
+
+
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_starter_exists_and_meets_contract(kernel_type: str) -> None:
+    kf = kernelfile.load(KERNELS_DIR / f"{kernel_type}.py")
+    assert kf.kernel_type == kernel_type and kf.backend == "triton"
+    assert kf.summary, "the module docstring's first line is the one-line summary"
+    assert all(kf.config[k] in v for k, v in kf.search_space.items()), "the default CONFIG lies inside SEARCH_SPACE"
+    source = kf.source
+    imports = {line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))}
+    assert imports <= {"torch", "triton", "triton.language", "math"}, f"starters need only torch + triton: {imports}"
+    assert "autokernel_ci" not in source
+
+
+@pytest.mark.parametrize(("kernel_type", "shape", "dtype"), _cases("cpu"))
+def test_cpu_shapes(kernel_type: str, shape: dict, dtype: torch.dtype) -> None:
+    run_and_check(_module(kernel_type), kernel_type, _inputs(kernel_type, shape, dtype), dtype)
+
+
+@pytest.mark.parametrize(("kernel_type", "shape", "dtype"), _cases("edge"))
+def test_edge_shapes(kernel_type: str, shape: dict, dtype: torch.dtype) -> None:
+    run_and_check(_module(kernel_type), kernel_type, _inputs(kernel_type, shape, dtype), dtype)
+
+
+def _strided(x: torch.Tensor, layout: str) -> torch.Tensor:
+    """Same values, other strides: rows padded in memory, or the two layouts models produce."""
+    if layout == "padded_rows":
+        wide = torch.full((*x.shape[:-1], x.shape[-1] + 3), float("nan"), dtype=x.dtype, device=x.device)
+        wide[..., : x.shape[-1]] = x
+        return wide[..., : x.shape[-1]]
+    if x.dim() == 4:  # [B,H,S,D] viewed from a [B,S,H,D] projection
+        return x.transpose(1, 2).contiguous().transpose(1, 2)
+    return x.transpose(-1, -2).contiguous().transpose(-1, -2)  # e.g. an nn.Linear weight's .T
+
+
+@pytest.mark.parametrize("layout", ["padded_rows", "transposed"])
+@pytest.mark.parametrize("kernel_type", TYPES)
+def test_noncontiguous_inputs(kernel_type: str, layout: str) -> None:
+    spec = get_spec(kernel_type)
+    if not spec.noncontiguous_args:
+        pytest.skip(f"the {kernel_type} spec lists no non-contiguous arguments")
+    dtype = torch.float16
+    inputs = list(_inputs(kernel_type, dict(spec.shape_sets["cpu"][-1]), dtype, seed=1))
+    for i in spec.noncontiguous_args:
+        inputs[i] = _strided(inputs[i], layout)
+        assert not inputs[i].is_contiguous()
+    run_and_check(_module(kernel_type), kernel_type, tuple(inputs), dtype)
+
+
+def _config_points(kernel_type: str) -> list:
+    kf = kernelfile.load(KERNELS_DIR / f"{kernel_type}.py")
+    points = list(kf.config_points())
+    picked = random.Random(f"{kernel_type}-configs").sample(points, min(CONFIG_SAMPLES, len(points)))
+    return [pytest.param(kernel_type, p, id=f"{kernel_type}-{i}") for i, p in enumerate(picked)]
+
+
+@pytest.mark.parametrize(("kernel_type", "config"), [c for t in TYPES for c in _config_points(t)])
+def test_config_points(kernel_type: str, config: dict, tmp_path: Path) -> None:
+    """The search agent's path: rewrite CONFIG in the source, re-import, run; any point must be correct."""
+    kf = kernelfile.load(KERNELS_DIR / f"{kernel_type}.py").with_config(config)
+    assert kf.config == config
+    path = tmp_path / f"{kernel_type}.py"
+    path.write_text(kf.source)
+    module = _import(path)
+    spec = get_spec(kernel_type)
+    for shape in spec.shape_sets["cpu"]:
+        dtype = spec.dtypes[0]
+        run_and_check(module, kernel_type, _inputs(kernel_type, dict(shape), dtype, seed=2), dtype)
+
+
+def _variant_cases() -> list:
+    out = []
+    for t in TYPES:
+        kf = kernelfile.load(KERNELS_DIR / f"{t}.py")
+        for variant in kf.search_space.get("VARIANT", []):
+            out.append(pytest.param(t, variant, id=f"{t}-{variant}"))
+    return out
+
+
+@pytest.mark.parametrize(("kernel_type", "variant"), _variant_cases())
+def test_every_variant_on_cpu_and_edge_shapes(kernel_type: str, variant: str) -> None:
+    """Each algorithm variant is correct on its own (the shape may still redirect it, e.g. wide rows)."""
+    module = _module(kernel_type)
+    spec = get_spec(kernel_type)
+    saved = module.CONFIG
+    module.CONFIG = {**saved, "VARIANT": variant}  # kernel_fn reads the module's CONFIG on every call
+    try:
+        for shape in spec.shapes("cpu", "edge"):
+            dtype = spec.dtypes[-1]
+            run_and_check(module, kernel_type, _inputs(kernel_type, shape, dtype, seed=3), dtype)
+    finally:
+        module.CONFIG = saved
+
+
+@pytest.mark.parametrize("kernel_type", TYPES)
+def test_deterministic_and_input_dependent(kernel_type: str) -> None:
+    module = _module(kernel_type)
+    spec = get_spec(kernel_type)
+    shape, dtype = dict(spec.shape_sets["cpu"][0]), spec.dtypes[0]
+    inputs = _inputs(kernel_type, shape, dtype, seed=4)
+    first, second = module.kernel_fn(*inputs), module.kernel_fn(*inputs)
+    assert torch.equal(first, second), f"{kernel_type}: two runs on the same input differ"
+    other = module.kernel_fn(*_inputs(kernel_type, shape, dtype, seed=5))
+    assert not torch.equal(first, other), f"{kernel_type}: different inputs gave the same output (cached?)"
+
+
+@pytest.mark.parametrize("causal", [True, False])
+@pytest.mark.parametrize("head_dim", [16, 32, 64, 96, 128])
+def test_attention_head_dims_and_ragged_seq(head_dim: int, causal: bool) -> None:
+    """Every supported head size, a sequence that is not a multiple of any block, and GQA 4:1."""
+    if "flash_attention" not in TYPES:
+        pytest.skip("no flash_attention starter")
+    shape = {"B": 1, "H": 4, "Hkv": 1, "S": 37, "D": head_dim, "causal": causal}
+    run_and_check(_module("flash_attention"), "flash_attention", _inputs("flash_attention", shape, torch.float16),
+                  torch.float16)
+
+
+@pytest.mark.parametrize("config", [{"BLOCK_M": 32, "BLOCK_N": 128}, {"BLOCK_M": 128, "BLOCK_N": 16}])
+def test_attention_odd_set_with_unequal_blocks(config: dict) -> None:
+    """S=333 (the spec's odd set), H=3 over Hkv=1, with query and key blocks of very different sizes."""
+    if "flash_attention" not in TYPES:
+        pytest.skip("no flash_attention starter")
+    module = _module("flash_attention")
+    saved = module.CONFIG
+    module.CONFIG = {**saved, **config}
+    try:
+        for shape in get_spec("flash_attention").shape_sets["odd"]:
+            run_and_check(module, "flash_attention", _inputs("flash_attention", dict(shape), torch.bfloat16),
+                          torch.bfloat16)
+    finally:
+        module.CONFIG = saved
+
+
+@pytest.mark.parametrize("kernel_type", ["flash_attention", "fused_mlp"])
+def test_strided_inputs_beyond_the_spec(kernel_type: str) -> None:
+    """Layouts models hand these kernels although the spec does not require them: q/k/v viewed from
+    [B,S,H,D] projections, and nn.Linear weights stored transposed."""
+    if kernel_type not in TYPES:
+        pytest.skip(f"no {kernel_type} starter")
+    spec = get_spec(kernel_type)
+    inputs = list(_inputs(kernel_type, dict(spec.shape_sets["cpu"][0]), torch.float16, seed=6))
+    for i, x in enumerate(inputs):
+        if isinstance(x, torch.Tensor) and x.dim() >= 2:
+            inputs[i] = _strided(x, "transposed")
+    run_and_check(_module(kernel_type), kernel_type, tuple(inputs), torch.float16)
+
+
+# Stress cases whose tolerance no implementation with a bf16 intermediate meets, measured on the cpu
+# and odd shapes: fused_mlp's saturated gate makes h ~ +-20, its bf16 rounding (2^-9 relative) adds
+# ~0.1-0.2 absolute error to outputs near 0 against atol 0.03. PyTorch eager in bf16 fails it
+# worse (23-1741 elements vs our 1-352). Reported to the lead as a spec question.
+KNOWN_SPEC_LIMITS = {("fused_mlp", "saturated_gate", torch.bfloat16)}
+
+
+def _stress_cases() -> list:
+    out = []
+    for t in TYPES:
+        for case in get_spec(t).stress_cases:
+            for dtype in get_spec(t).dtypes:
+                marks = [pytest.mark.xfail(reason="bf16 intermediate vs the spec's atol; eager fails too",
+                                           strict=False)] if (t, case.name, dtype) in KNOWN_SPEC_LIMITS else []
+                out.append(pytest.param(t, case.name, dtype, id=f"{t}-{case.name}-{str(dtype)[6:]}", marks=marks))
+    return out
+
+
+@pytest.mark.parametrize(("kernel_type", "case_name", "dtype"), _stress_cases())
+def test_stress_cases(kernel_type: str, case_name: str, dtype: torch.dtype) -> None:
+    """Stage 3's inputs (overflowing logits, mean 1000, tiny variance, ...) on the cpu shapes."""
+    spec = get_spec(kernel_type)
+    case = next(c for c in spec.stress_cases if c.name == case_name)
+    for shape in spec.shapes("cpu"):
+        gen = torch.Generator(device=DEVICE).manual_seed(7)
+        run_and_check(_module(kernel_type), kernel_type, case.make_inputs(shape, dtype, DEVICE, gen), dtype)
+
+
+# -- GPU compile without a GPU: every @triton.jit kernel lowered to sm_90 PTX/cubin -----------------
+# The interpreter runs kernels as numpy, so it misses what only the compiler checks (loop-carried
+# types, constexpr misuse, shared memory). Arguments are specialised as a real launch would (16-byte
+# aligned pointers and sizes, unit last-dim strides) so the loads pipeline as they will on the H200.
+_UNIT_STRIDES = {"s_ak", "s_bn", "s_cn", "s_xd", "s_gd", "s_ud", "s_hf", "s_qd", "s_kd", "s_vd", "s_od",
+                 "sx_d", "sc_d", "ss_d"}
+_FLOAT_ARGS = {"eps", "qk_scale"}
+_FP32_PTRS = {"loss_ptr", "valid_ptr", "out_ptr"}
+_GEMM = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "EVEN_K": True, "UPCAST": False}
+SM90_KERNELS = [
+    ("softmax", "_softmax_row", "bf16", {"BLOCK": 8192}),
+    ("softmax", "_softmax_multirow", "bf16", {"ROWS": 4, "BLOCK": 1024}),
+    ("softmax", "_softmax_looped", "bf16", {"BLOCK": 4096}),
+    ("rmsnorm", "_rmsnorm_row", "bf16", {"BLOCK": 4096}),
+    ("rmsnorm", "_rmsnorm_multirow", "bf16", {"ROWS": 4, "BLOCK": 1024}),
+    ("rmsnorm", "_rmsnorm_looped", "bf16", {"BLOCK": 4096}),
+    ("layernorm", "_layernorm_row", "bf16", {"BLOCK": 4096}),
+    ("layernorm", "_layernorm_multirow", "bf16", {"ROWS": 4, "BLOCK": 1024}),
+    ("layernorm", "_layernorm_looped", "bf16", {"BLOCK": 4096}),
+    ("reduce", "_sum_row", "bf16", {"BLOCK": 8192}),
+    ("reduce", "_sum_multirow", "bf16", {"ROWS": 8, "BLOCK": 1024}),
+    ("reduce", "_sum_looped", "bf16", {"BLOCK": 4096}),
+    ("cross_entropy", "_ce_row_online", "bf16", {"BLOCK": 4096}),
+    ("cross_entropy", "_ce_row_whole", "bf16", {"BLOCK": 32768}),
+    ("cross_entropy", "_ce_mean", "fp32", {"BLOCK": 1024}),
+    ("rotary_embedding", "_rope_kernel", "bf16", {"BLOCK_S": 16, "BLOCK_H": 64, "HEADS": 4, "ACC": "fp32"}),
+    ("rotary_embedding", "_rope_kernel", "fp32", {"BLOCK_S": 16, "BLOCK_H": 64, "HEADS": 4, "ACC": "fp64"}),
+    ("matmul", "_matmul_tiled", "bf16", {**_GEMM, "BLOCK_N": 256, "PRECISION": "tf32"}),
+    ("matmul", "_matmul_persistent", "fp32", {**_GEMM, "EVEN_K": False, "PRECISION": "tf32x3"}),
+    ("fused_mlp", "_gate_up_kernel", "bf16", {**_GEMM, "PRECISION": "tf32"}),
+    ("flash_attention", "_attn_fwd", "bf16", {"HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_M": 128, "BLOCK_N": 64,
+                                              "CAUSAL": True, "UPCAST": False, "PRECISION": "tf32"}),
+    # num_stages 2: what the launcher picks for an fp32 64x64 tile at D=128 (3 would need 256 KB).
+    ("flash_attention", "_attn_fwd", "fp32", {"HEAD_DIM": 96, "BLOCK_D": 128, "BLOCK_M": 64, "BLOCK_N": 64,
+                                              "CAUSAL": False, "UPCAST": False, "PRECISION": "tf32x3",
+                                              "num_stages": 2}),
+]
+H100_SMEM_BYTES = 232448
+
+
+def compile_sm90(kernel_type: str, kernel_name: str, dtype: str, constexprs: dict) -> int:
+    """Compile one kernel for sm_90 in this process (which must not be in interpreter mode); shared bytes."""
+    import triton.language as tl
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+    from triton.compiler import compile as triton_compile
+
+    fn = getattr(_module(kernel_type), kernel_name)
+    constexprs = dict(constexprs)
+    stages = constexprs.pop("num_stages", 3)
+    consts = {k: getattr(tl, {"fp32": "float32", "fp64": "float64"}[v]) if k == "ACC" else v
+              for k, v in constexprs.items()}
+    signature, attrs = {}, {}
+    for i, p in enumerate(fn.params):
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+        elif p.name in _UNIT_STRIDES:
+            signature[p.name], consts[p.name] = "constexpr", 1
+        elif p.name.endswith("_ptr"):
+            signature[p.name] = "*i64" if p.name == "targets_ptr" else "*fp32" if p.name in _FP32_PTRS else f"*{dtype}"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+        elif p.name in _FLOAT_ARGS:
+            signature[p.name] = "fp32"
+        else:
+            signature[p.name] = "i32"
+            attrs[(i,)] = [["tt.divisibility", 16]]
+    compiled = triton_compile(ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": stages})
+    assert compiled.asm["cubin"], "no cubin produced"
+    return int(compiled.metadata.shared)
+
+
+@pytest.fixture(scope="module")
+def sm90_results() -> dict:
+    """All SM90_KERNELS compiled in one child process without TRITON_INTERPRET (Triton decides
+    interpreter mode when it is imported, so this process cannot compile)."""
+    env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    proc = subprocess.run([sys.executable, __file__, "--compile-sm90"], capture_output=True, text=True, env=env,
+                          timeout=600, cwd=Path(__file__).resolve().parents[2])
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize(("kernel_type", "kernel_name", "dtype"),
+                         [pytest.param(*k[:3], id=f"{k[1]}-{k[2]}") for k in SM90_KERNELS])
+def test_compiles_for_sm90(kernel_type: str, kernel_name: str, dtype: str, sm90_results: dict) -> None:
+    if kernel_type not in TYPES:
+        pytest.skip(f"no {kernel_type} starter")
+    result = sm90_results[f"{kernel_type}.{kernel_name}.{dtype}"]
+    assert isinstance(result, int), f"sm_90 compile failed: {result}"
+    assert result <= H100_SMEM_BYTES, f"{result} B of shared memory > {H100_SMEM_BYTES}"
+
+
+if __name__ == "__main__" and sys.argv[1:] == ["--compile-sm90"]:
+    results: dict[str, object] = {}
+    for kernel_type, kernel_name, dtype, constexprs in SM90_KERNELS:
+        if kernel_type not in TYPES:
+            continue
+        try:
+            results[f"{kernel_type}.{kernel_name}.{dtype}"] = compile_sm90(kernel_type, kernel_name, dtype, constexprs)
+        except Exception as exc:  # reported per kernel by the parametrized test
+            results[f"{kernel_type}.{kernel_name}.{dtype}"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+    print(json.dumps(results))

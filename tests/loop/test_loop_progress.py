@@ -1,0 +1,48 @@
+"""Progress output: local lines, GitHub Actions groups and job summary, progress.png."""
+
+from __future__ import annotations
+
+import io
+
+from autokernel_ci.loop.progress import Reporter, plot_progress, summary_markdown
+
+RECORD = {"n": 7, "op_id": "rmsnorm-0", "status": "kept", "idea": "BLOCK=2048 (descent)", "median_us": 35.1,
+          "speedup_vs_starter": 1.25, "duration_s": 6.2, "reason": "", "stages": {"smoke": "pass"}}
+SUMMARY = {"experiments": 7, "kept": 2, "agent": "search", "elapsed_s": 120.0, "usd": 0.0, "stopped": "max",
+           "end_to_end_estimate": 1.05,
+           "ops": {"rmsnorm-0": {"op_id": "rmsnorm-0", "kernel_type": "rmsnorm", "starter_us": 43.9, "best_us": 35.1,
+                                 "speedup_vs_starter": 1.25, "speedup_vs_eager": 11.0, "speedup_vs_compile": None,
+                                 "pct_of_ceiling": 91.5, "experiments": 7, "kept": 2}}}
+
+
+def test_local_line_has_n_op_idea_status_time_speedup():
+    out = io.StringIO()
+    Reporter(None, stream=out, env={}).experiment(RECORD)
+    line = out.getvalue()
+    assert line.count("\n") == 1
+    for part in ("#0007", "rmsnorm-0", "kept", "BLOCK=2048", "35.10us", "1.25x", "6.2s"):
+        assert part in line
+
+
+def test_github_actions_groups_and_job_summary(tmp_path):
+    out = io.StringIO()
+    step_summary = tmp_path / "summary.md"
+    step_summary.write_text("earlier step\n")
+    reporter = Reporter(tmp_path, stream=out, env={"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(step_summary)})
+    reporter.experiment(RECORD)
+    reporter.finish(SUMMARY)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("::group::#0007") and "::endgroup::" in lines
+    text = step_summary.read_text()
+    assert text.startswith("earlier step\n")  # appended, not overwritten
+    assert "| rmsnorm-0 | rmsnorm | 43.90 | 35.10 | 1.25x | 11.00x | –x | 91.5 | 7 | 2 |" in text
+    assert text == "earlier step\n" + summary_markdown(SUMMARY) + "\n"
+
+
+def test_progress_png(tmp_path):
+    records = [{"n": 0, "op_id": "a", "status": "kept", "speedup_vs_starter": 1.0},
+               {"n": 1, "op_id": "a", "status": "reverted", "speedup_vs_starter": 0.8},
+               {"n": 2, "op_id": "a", "status": "kept", "speedup_vs_starter": 1.3},
+               {"n": 3, "op_id": "b", "status": "rejected"}]
+    plot_progress(records, tmp_path / "progress.png")
+    assert (tmp_path / "progress.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
