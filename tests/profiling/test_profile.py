@@ -21,7 +21,7 @@ def llama_small():
     return profile_model_full(f'{MODELS / "llama.py"}:build_model(size="small")', dtype="fp32", device="cpu")
 
 
-@pytest.mark.xfail(strict=False, reason="failed once in the full -n 2 suite under load (open follow-up, see closing note)")
+@pytest.mark.xfail(strict=False, reason="failed in the full -n 2 suite under load; see closing note")
 def test_time_is_counted_once_and_matches_the_forward(llama_small):
     """Operator self times sum to the profiled pass's wall time within the stated CPU tolerance: counting
     aten::linear and its aten::mm both (inclusive times) would give ~2x, dropping ops far less than 1x."""
