@@ -10,7 +10,9 @@ experiment can only afford the second.
 Kernels are `extern "C" __global__` functions (no name mangling). Arguments: torch tensors are
 passed as device pointers; scalars must say their C type through `i32`, `i64`, `u32`, `f32` or `f64`
 (a bare Python int would silently become a 64-bit pointer, so it is refused). Launches go on
-torch's current CUDA stream, so they order with the surrounding torch work.
+torch's current CUDA stream, so they order with the surrounding torch work. `PRELUDE` holds the
+device helpers the starters share (fp16/bf16 conversions, `Vec`, warp and block sums); a source
+includes it by starting with it: `CUDA_SOURCE = nvrtc.PRELUDE + r"..."` (see PRELUDE).
 
 Builds are cached by sha256(source, options, arch, toolchain) in-process and, unless
 AUTOKERNEL_CUBIN_CACHE=off, as cubins under ~/.cache/autokernel-ci/cubin (or the directory that
@@ -45,6 +47,66 @@ NVCC_TIMEOUT_S = 300  # one nvcc build of our largest starter takes ~10 s on 2 c
 _ERROR_LINE = re.compile(r"\((\d+)\): (?:catastrophic )?error")
 
 Defines = Mapping[str, Any] | None
+
+# -- shared device code ----------------------------------------------------------------------------
+PRELUDE = r"""// ---- autokernel_ci.nvrtc.PRELUDE: shared helpers (the kernel's own text follows) ----
+#include <cuda_fp16.h>
+#include <cuda_bf16.h>
+#ifndef INFINITY  // NVRTC has no <math.h>
+#define INFINITY __int_as_float(0x7f800000)
+#endif
+
+// Storage type <-> fp32 (float, __half, __nv_bfloat16); from_float rounds to nearest even.
+__device__ __forceinline__ float to_float(float v) { return v; }
+__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
+__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
+template <typename T> __device__ __forceinline__ T from_float(float v);
+template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
+template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
+template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
+    return __float2bfloat16_rn(v);
+}
+
+// N elements loaded or stored as one aligned access (N * sizeof(T) bytes: 4, 8 or 16).
+template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
+
+// Sum over the 32 lanes of a warp; every lane gets the result.
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
+
+// Sum over the WPR warps that share a row; every thread of the group gets the same value.
+template <int WPR>
+__device__ __forceinline__ float group_sum(float v, float* red) {
+    v = warp_sum(v);
+    if (WPR == 1) return v;
+    const int warp = threadIdx.x >> 5;
+    __syncthreads();  // red[] may still be read by the previous reduction
+    if ((threadIdx.x & 31) == 0) red[warp] = v;
+    __syncthreads();
+    const int first = (warp / WPR) * WPR;
+    float t = 0.f;
+#pragma unroll
+    for (int i = 0; i < WPR; ++i) t += red[first + i];
+    return t;
+}
+// ---- end of PRELUDE: line numbers restart at 1, so compiler errors count from the kernel's own text ----
+#line 1
+"""
+"""Device helpers the CUDA starters share; a kernel opts in with `CUDA_SOURCE = nvrtc.PRELUDE + r\"\"\"...\"\"\"`.
+
+It provides `<cuda_fp16.h>`, `<cuda_bf16.h>`, `INFINITY` (NVRTC has no `<math.h>`), `to_float(x)`
+(float, __half, __nv_bfloat16 -> float), `from_float<T>(f)` (float -> T, round to nearest), `Vec<T, N>`
+(N elements as one aligned 4/8/16-byte access, members `.v[k]`), `warp_sum(v)` (full-warp shuffle sum)
+and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__shared__ float[warps]`;
+it syncs the block when WPR > 1, so every thread must call it). A kernel must not redefine these names.
+
+Explicit, not prepended by `build`: a kernel file then says what it uses, a source without it
+compiles as written, and the cache key (over the whole source) changes when the prelude does. It
+ends with `#line 1`, so compile errors name the line of the kernel's own CUDA text, as before.
+"""
 
 
 class CompileError(RuntimeError):

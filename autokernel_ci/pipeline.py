@@ -88,8 +88,10 @@ def default_run_dir(repo: Path) -> Path:
 
 
 def run_pipeline(config: Config, *, repo: Path, run_dir: Path | None = None, resume: bool = False,
-                 log=None) -> PipelineResult:
-    """Profile -> optimize -> end to end; returns where everything landed."""
+                 loop_options: dict[str, Any] | None = None, log=None) -> PipelineResult:
+    """Profile -> optimize -> end to end; returns where everything landed.
+
+    loop_options: extra LoopSettings fields (workers, seed, patience, timeout_s, ...) from the CLI."""
     log = log or (lambda msg: print(msg, file=sys.stderr, flush=True))
     from autokernel_ci.loop import Budget, LoopSettings, optimize, split_plan
     from autokernel_ci.profiling.commands import profile_model
@@ -126,7 +128,7 @@ def run_pipeline(config: Config, *, repo: Path, run_dir: Path | None = None, res
             os.environ["AUTOKERNEL_LLM_API_BASE"] = config.llm_api_base
     settings = LoopSettings(agent=config.agent, llm_model=config.llm_model,
                             budget=Budget(minutes=minutes, experiments=experiments, usd=config.max_usd),
-                            device=device, shard=config.shard)
+                            device=device, shard=config.shard, **(loop_options or {}))
     log(f"[2/4] optimize {len(plan.targets())} op(s) into {run_dir} "
         f"(budget {minutes:g} min, {experiments or 'no'} experiment cap, agent {config.agent})")
     summary = optimize(plan, run_dir, settings, resume=resume)
@@ -159,7 +161,7 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n, None) for n in names if getattr(args, n, None) is not None}
 
 
-def run_main(args: argparse.Namespace) -> int:
+def run_main(args: argparse.Namespace, loop_options: dict[str, Any] | None = None) -> int:
     from autokernel_ci.publish.commands import render_result, target_from_env
     from autokernel_ci.publish.publisher import PublishError, preview, publish
 
@@ -168,7 +170,8 @@ def run_main(args: argparse.Namespace) -> int:
                                                       and not getattr(args, "local", False))
     try:
         config = load_config(getattr(args, "config", None), overrides_from_args(args), repo=repo)
-        result = run_pipeline(config, repo=repo, resume=bool(getattr(args, "resume", False)))
+        result = run_pipeline(config, repo=repo, resume=bool(getattr(args, "resume", False)),
+                              loop_options=loop_options)
     except (ConfigError, PipelineError) as exc:
         print(f"autokernel-ci run: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -171,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sets", default=",".join(DEFAULT_SETS))
     parser.add_argument("--jobs", type=int, default=3, help="kernel types checked at once (one GPU is shared)")
     parser.add_argument("--json", default="", help="also write the results here")
+    parser.add_argument("--out", default="", help="directory: writes OUT/check_cuda.json (on_device.sh passes it)")
     parser.add_argument("--child", default="", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     sets = [s for s in args.sets.split(",") if s]
@@ -188,6 +189,9 @@ def main(argv: list[str] | None = None) -> int:
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         rows = [r for result in pool.map(lambda t: _child(t, sets), types) for r in result]
     print(render(build, rows))
+    if args.out and not args.json:
+        Path(args.out).mkdir(parents=True, exist_ok=True)
+        args.json = str(Path(args.out) / "check_cuda.json")
     if args.json:
         Path(args.json).write_text(json.dumps({"build": build, "rows": rows}, indent=1, default=str))
     return 0 if rows and all(r["ok"] for r in rows) and build.get("launch_ok") else 1

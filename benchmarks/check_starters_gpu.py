@@ -4,9 +4,9 @@ For each starter in kernels/triton and kernels/cuda (missing files are skipped):
 1. correctness: compare() against the spec's high-precision reference on every shape set
    (llama7b, gpt2, odd, edge, cpu) at every dtype of the spec;
 2. speed: the llama7b shapes in --dtype (bf16), timed with triton.testing.do_bench (L2 flushed
-   before every call, median), next to PyTorch eager (the reference run in the input dtype: for
-   rmsnorm the LLaMA module's code, for attention SDPA, for cross entropy F.cross_entropy) and
-   torch.compile of that same eager function (mode default, compiled once per type).
+   before every call, median), next to PyTorch eager (the spec's `eager_fn()`: for rmsnorm the LLaMA
+   module's code, for attention SDPA, for cross entropy F.cross_entropy, else the reference run in the
+   input dtype) and torch.compile of that same eager function (mode default, compiled once per type).
 
 Prints a table and writes check_starters.json and check_starters.md to --out. One kernel's failure
 (exception, wrong answer, even a CUDA error) is printed and the run goes on.
@@ -29,7 +29,6 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 from autokernel_ci.compare import compare
 from autokernel_ci.specs import KERNEL_TYPES, get_spec
@@ -40,30 +39,6 @@ BACKENDS = ("triton", "cuda")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
 COPY_GBPS = 4269.0  # H200 copy bandwidth measured here (read + write), DESIGN.md §9
 PEAK_TFLOPS = 690.0  # H200 cuBLAS bf16 GEMM at LLaMA-7B shapes, DESIGN.md §9
-
-
-def _rmsnorm_llama(x, weight, eps):
-    # transformers' LlamaRMSNorm.forward: normalise in fp32, cast back, then scale.
-    h = x.float()
-    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
-    return weight * h.to(x.dtype)
-
-
-def _sdpa(q, k, v, causal, sm_scale):
-    return F.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
-                                          enable_gqa=k.shape[1] != q.shape[1])
-
-
-def _cross_entropy(logits, targets):
-    return F.cross_entropy(logits, targets, ignore_index=-100)
-
-
-# The eager code a user runs today; types not listed use the spec's reference in the input dtype.
-EAGER: dict[str, Callable] = {
-    "rmsnorm": _rmsnorm_llama,
-    "flash_attention": _sdpa,
-    "cross_entropy": _cross_entropy,
-}
 
 
 @dataclass
@@ -172,7 +147,7 @@ class Baselines:
         self._cache: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
 
     def eager(self, kernel_type: str) -> Callable:
-        return EAGER.get(kernel_type, get_spec(kernel_type).reference)
+        return get_spec(kernel_type).eager_fn()  # the eager code a user runs today (KernelSpec.eager)
 
     def times(self, kernel_type: str, label: str, dtype: torch.dtype, inputs: tuple, warmup: int,
               rep: int) -> tuple[float | None, float | None]:

@@ -63,6 +63,14 @@ def markdown(rows: list[dict[str, Any]], gpu: str, minutes: float) -> str:
     return "\n".join(lines) + "\n"
 
 
+def write_tables(out: Path, rows: list[dict[str, Any]], gpu: str, args: argparse.Namespace) -> str:
+    (out / "search_agent.json").write_text(json.dumps({"gpu": gpu, "minutes": args.minutes, "dtype": args.dtype,
+                                                       "rows": rows}, indent=2) + "\n")
+    text = markdown(rows, gpu, args.minutes)
+    (out / "search_agent.md").write_text(text)
+    return text
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--types", default=",".join(KERNEL_TYPES), help="comma-separated kernel types")
@@ -98,10 +106,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{kind}: {r['experiments']} experiments in {time.time() - t0:.0f} s, best {r['best_us']} us "
               f"({r['vs_starter']}x starter, {r['vs_compile']}x compile, {r['pct_of_ceiling']}% of ceiling)",
               flush=True)
-    (out / "search_agent.json").write_text(json.dumps({"gpu": gpu, "minutes": args.minutes, "dtype": args.dtype,
-                                                       "rows": rows}, indent=2) + "\n")
-    text = markdown(rows, gpu, args.minutes)
-    (out / "search_agent.md").write_text(text)
+        write_tables(out, rows, gpu, args)  # after every type: a killed run keeps what it measured
+    text = write_tables(out, rows, gpu, args)
     print(text)
     return 0
 

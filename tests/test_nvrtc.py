@@ -173,6 +173,62 @@ def test_nvrtc_compile_error_names_the_line(monkeypatch):
     assert "NVRTC" in str(info.value) and "broken.cu" in str(info.value)
 
 
+# -- PRELUDE (the device helpers the starters share) -----------------------------------------------
+USES_PRELUDE = r"""
+template <typename T, int VEC>
+__device__ __forceinline__ void scale_rows(T* __restrict__ y, const T* __restrict__ x, int n) {
+    __shared__ float red[32];
+    using V = Vec<T, VEC>;
+    float s = 0.f;
+    for (int i = threadIdx.x; i < n / VEC; i += blockDim.x) {
+        const V v = reinterpret_cast<const V*>(x)[i];
+        for (int k = 0; k < VEC; ++k) s += to_float(v.v[k]);
+    }
+    s = group_sum<8>(s, red) + warp_sum(s) + (s == -INFINITY ? 1.f : 0.f);
+    for (int i = threadIdx.x; i < n / VEC; i += blockDim.x) {
+        V o;
+        for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(s);
+        reinterpret_cast<V*>(y)[i] = o;
+    }
+}
+extern "C" __global__ void prelude_f32(float* y, const float* x, int n) { scale_rows<float, 4>(y, x, n); }
+extern "C" __global__ void prelude_f16(__half* y, const __half* x, int n) { scale_rows<__half, 8>(y, x, n); }
+extern "C" __global__ void prelude_bf16(__nv_bfloat16* y, const __nv_bfloat16* x, int n) {
+    scale_rows<__nv_bfloat16, 8>(y, x, n);
+}
+"""
+
+
+def test_prelude_is_documented_and_restarts_line_numbers_at_its_end():
+    assert nvrtc.PRELUDE.rstrip().endswith("#line 1")
+    for name in ("float to_float(", "T from_float(", "struct alignas(sizeof(T) * N) Vec", "float warp_sum(",
+                 "float group_sum(", "#define INFINITY", "#include <cuda_fp16.h>", "#include <cuda_bf16.h>"):
+        assert name in nvrtc.PRELUDE
+
+
+@needs_nvcc
+def test_prelude_helpers_compile_for_every_dtype_with_nvcc():
+    result = nvrtc.compile_check(nvrtc.PRELUDE + USES_PRELUDE, "sm_90")
+    assert result.kernels == ("prelude_bf16", "prelude_f16", "prelude_f32")
+
+
+@needs_nvcc
+def test_compile_error_after_the_prelude_names_the_line_of_the_kernels_own_text():
+    with pytest.raises(nvrtc.CompileError) as info:
+        nvrtc.compile_check(nvrtc.PRELUDE + BROKEN, "sm_90", source_name="broken.cu")
+    assert BROKEN_LINE in info.value.lines or BROKEN_LINE + 1 in info.value.lines
+
+
+@needs_nvrtc
+def test_prelude_compiles_through_nvrtc_and_error_lines_skip_it(monkeypatch):
+    monkeypatch.setenv(nvrtc.CACHE_ENV, "off")
+    cubin = nvrtc._nvrtc_compile(nvrtc.PRELUDE + USES_PRELUDE, nvrtc.option_strings(), "sm_90", "prelude.cu")
+    assert sorted(nvrtc.elf_function_symbols(cubin)) == ["prelude_bf16", "prelude_f16", "prelude_f32"]
+    with pytest.raises(nvrtc.CompileError) as info:
+        nvrtc.build(nvrtc.PRELUDE + BROKEN, arch="sm_90", source_name="broken.cu")
+    assert BROKEN_LINE in info.value.lines or BROKEN_LINE + 1 in info.value.lines
+
+
 # -- on a GPU: build, launch on torch's stream, check the numbers ---------------------------------
 @needs_gpu
 @pytest.mark.parametrize("dtype,name", [(torch.float32, "scale_f32"), (torch.bfloat16, "scale_bf16")])

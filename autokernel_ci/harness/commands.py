@@ -29,7 +29,7 @@ def verify_main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         verdict = verify(args.kernel, device=args.device, shape_sets=_shape_sets(args.shapes),
-                         seed=args.seed, timeout_s=args.timeout)
+                         seed=args.seed, timeout_s=args.timeout, dtypes=getattr(args, "dtypes", None))
     except (ValueError, KeyError) as exc:
         print(f"autokernel-ci verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -57,7 +57,8 @@ def bench_main(args: argparse.Namespace) -> int:
             from autokernel_ci import kernelfile
 
             shapes = get_spec(kernelfile.load(args.kernel).kernel_type).shapes(*sets)
-        result = bench(args.kernel, device=args.device, shapes=shapes, compile_baseline=not args.no_compile)
+        result = bench(args.kernel, device=args.device, shapes=shapes, compile_baseline=not args.no_compile,
+                       dtypes=getattr(args, "dtypes", None))
     except BenchFailed as exc:
         print(render_verdict(exc.verdict, hardening=False))
         _write_json(args.json, exc.verdict.to_dict())

@@ -1,10 +1,16 @@
 """Ceilings (for % of peak) and physical floors (to reject impossible timings), per GPU.
 
-Reads autokernel_ci.hardware (gpu_specs, detection, roofline) for the detected GPU; for a GPU it
-does not know (or on CPU), a local table of the H200 numbers measured for DESIGN.md §9. Two different bounds on purpose:
-- the *ceiling* is what the best kernel can reach (measured copy bandwidth, cuBLAS-class GEMM);
-- the *floor* is a time no kernel can beat (datasheet bandwidth and peak, above every measured
-  figure), so a kernel is rejected only when it claims the physically impossible.
+Every number comes from autokernel_ci.hardware: the detected GPU's gpu_specs file and the
+roofline there. This module only chooses which figures each bound uses:
+- the *ceiling* is what the best kernel can reach: hardware.roofline.ceiling (a calibration or the
+  spec file's `measured:` copy bandwidth and cuBLAS-class GEMM, else the datasheet);
+- the *floor* is a time no kernel can beat: hardware.roofline.floor_us over the *datasheet*
+  bandwidth and peak (above every measured figure), so a kernel is rejected only when it claims
+  the physically impossible. fp32 takes the faster of the fp32 and tf32 peaks: fp32 GEMMs may run
+  on tf32 tensor cores (tf32x3 keeps fp32 accuracy), and a floor must not reject them.
+
+Where no GPU spec applies (CPU, or a GPU without a gpu_specs file) the figures are those of
+REFERENCE_GPU, the H200 the project measured (DESIGN.md §9), labelled as such in `source`.
 """
 
 from __future__ import annotations
@@ -13,15 +19,12 @@ from dataclasses import dataclass
 
 import torch
 
+from autokernel_ci.hardware import roofline as hw_roofline
+from autokernel_ci.hardware.specs import GpuSpec, dtype_key, load_spec
+from autokernel_ci.paths import gpu_specs_dir
 from autokernel_ci.specs.base import KernelSpec, Shape
 
-# DESIGN.md §9, measured on the H200: copy 4269 GB/s, cuBLAS bf16 GEMM 660-690 TFLOP/s.
-FALLBACK_CEILING_GBS = 4269.0
-FALLBACK_CEILING_TFLOPS = {torch.bfloat16: 690.0, torch.float16: 690.0, torch.float32: 345.0}  # fp32 via tf32
-# Floors: H200 datasheet 4.8 TB/s and dense bf16 989.5 TFLOP/s (tf32 494.5): no kernel beats these.
-FLOOR_BANDWIDTH_GBS = 4800.0
-FLOOR_TFLOPS = {torch.bfloat16: 989.5, torch.float16: 989.5, torch.float32: 494.5}
-FALLBACK_SOURCE = "fallback:h200-measured (autokernel_ci.hardware not available)"
+REFERENCE_GPU = "h200"  # gpu_specs key used when no spec matches the device
 
 
 @dataclass(frozen=True)
@@ -31,59 +34,60 @@ class Ceiling:
     source: str
 
 
-_detected: list = []
+_detected: list[tuple[GpuSpec, str]] = []
 
 
-def _gpu():
-    """(hardware module, GpuSpec) for the current device, or (None, None); detected once per process."""
+def _gpu() -> tuple[GpuSpec, str]:
+    """(GpuSpec, label) for the current device, or the reference GPU's; looked up once per process."""
     if not _detected:
+        gpu, label = None, ""
         try:
-            from autokernel_ci import hardware
+            if torch.cuda.is_available():
+                from autokernel_ci.hardware import detect
 
-            gpu = hardware.detect() if torch.cuda.is_available() else None
-            _detected.append((hardware, gpu) if gpu is not None else (None, None))
-        except Exception:  # noqa: BLE001 - no hardware module or an unknown GPU: the local table applies
-            _detected.append((None, None))
+                gpu = detect()
+                label = f"gpu_specs:{gpu.key}" if gpu is not None else ""
+        except Exception:  # noqa: BLE001 - an unknown GPU or a broken spec file: the reference GPU applies
+            gpu = None
+        if gpu is None:
+            try:
+                gpu = load_spec(REFERENCE_GPU)
+            except Exception:  # noqa: BLE001 - a broken $AUTOKERNEL_GPU_SPECS_DIR: the bundled file
+                gpu = load_spec(REFERENCE_GPU, dirs=[gpu_specs_dir()])
+            label = f"gpu_specs:{REFERENCE_GPU} (reference GPU: no spec matches this device)"
+        _detected.append((gpu, label))
     return _detected[0]
 
 
 def ceiling(spec: KernelSpec, dtype: torch.dtype) -> Ceiling:
-    hw, gpu = _gpu()
-    if hw is not None:
-        try:
-            value = hw.ceiling(spec.primary_metric, dtype, gpu)
-            if value:
-                return Ceiling(float(value), spec.primary_metric, f"gpu_specs:{gpu.key}")
-        except Exception:  # noqa: BLE001 - a hardware-module problem must not stop a benchmark
-            pass
-    if spec.primary_metric == "GB/s":
-        return Ceiling(FALLBACK_CEILING_GBS, "GB/s", FALLBACK_SOURCE)
-    return Ceiling(FALLBACK_CEILING_TFLOPS.get(dtype, FALLBACK_CEILING_TFLOPS[torch.bfloat16]), "TFLOP/s",
-                   FALLBACK_SOURCE)
+    gpu, label = _gpu()
+    value = hw_roofline.ceiling(spec.primary_metric, dtype, gpu)
+    if not value and spec.primary_metric == "TFLOP/s":  # no such unit on this GPU: the bf16 tensor cores
+        value = hw_roofline.ceiling(spec.primary_metric, torch.bfloat16, gpu)
+    return Ceiling(float(value or 0.0), spec.primary_metric, label)
+
+
+def datasheet_ceilings(gpu: GpuSpec, dtype: torch.dtype) -> hw_roofline.Ceilings:
+    """The datasheet bandwidth and peak (the floor's figures, never the measured ones)."""
+    key = dtype_key(dtype)
+    peaks = [gpu.peak(key)] + ([gpu.peak("tf32")] if key == "fp32" else [])
+    peak = max((p for p in peaks if p), default=None)
+    source = f"datasheet:{gpu.key}"
+    return hw_roofline.Ceilings(key, float(gpu.bandwidth_gbs), peak, source, source)
 
 
 def floor_us(spec: KernelSpec, shape: Shape, dtype: torch.dtype) -> float:
     """The least time any kernel needs for this problem (bytes/bandwidth and flops/peak, larger), from
     the *datasheet* figures of the detected GPU (never the measured ones: a kernel may beat a
     measured copy by a few percent, it cannot beat the datasheet)."""
-    flops, nbytes = spec.flops(shape), spec.bytes_moved(shape, dtype)
-    bandwidth, peak = FLOOR_BANDWIDTH_GBS, FLOOR_TFLOPS.get(dtype, FLOOR_TFLOPS[torch.float32])
-    hw, gpu = _gpu()
-    if hw is not None:
-        try:
-            bandwidth = float(gpu.bandwidth_gbs)
-            peak = float(gpu.peak(hw.dtype_key(dtype)) or 0.0) or peak
-        except Exception:  # noqa: BLE001
-            pass
-    return max(nbytes / (bandwidth * 1e9) * 1e6, flops / (peak * 1e12) * 1e6)
+    gpu, _ = _gpu()
+    return hw_roofline.floor_us(spec.flops(shape), spec.bytes_moved(shape, dtype), datasheet_ceilings(gpu, dtype))
 
 
 def metric_value(spec: KernelSpec, shape: Shape, dtype: torch.dtype, median_us: float) -> float:
     if median_us <= 0:
         return 0.0
-    if spec.primary_metric == "GB/s":
-        return spec.bytes_moved(shape, dtype) / (median_us * 1e-6) / 1e9
-    return spec.flops(shape) / (median_us * 1e-6) / 1e12
+    return hw_roofline.achieved(spec.primary_metric, spec.flops(shape), spec.bytes_moved(shape, dtype), median_us)
 
 
 def below_floor(spec: KernelSpec, shape: Shape, dtype: torch.dtype, median_us: float) -> str | None:

@@ -14,7 +14,6 @@ from __future__ import annotations
 import copy
 import json
 import os
-import re
 import signal
 import subprocess
 import sys
@@ -28,6 +27,8 @@ from typing import Any
 
 import torch
 
+import autokernel_ci
+from autokernel_ci.harness.sandbox import scrubbed_env
 from autokernel_ci.plan import Plan
 from autokernel_ci.specs._tolerances import GEMM
 
@@ -37,8 +38,10 @@ from autokernel_ci.specs._tolerances import GEMM
 E2E_REL_L2 = {dtype: tol.rel_l2 for dtype, tol in GEMM.items()}
 EAGER_ERROR_FACTOR = 2.0
 FRESH_SEED = 1234
-SECRET_ENV = re.compile(r"TOKEN|SECRET|PASSWORD|PASSWD|CREDENTIAL|API_KEY|_KEY$|^AWS_|^AZURE_|^OPENAI|^ANTHROPIC",
-                        re.IGNORECASE)
+# Model-cache settings the child needs to load a Hugging Face model the way the parent does; the
+# sandbox drops every HF_* name (HF_TOKEN among them), so these few are passed back by name.
+MODEL_CACHE_ENV = ("HF_HOME", "HF_HUB_CACHE", "HF_HUB_OFFLINE", "HF_DATASETS_OFFLINE", "TRANSFORMERS_CACHE",
+                   "TRANSFORMERS_OFFLINE")
 WORKER_TIMEOUT_S = 1200.0
 PASS, FAIL, ERROR = "pass", "fail", "error"
 
@@ -271,9 +274,15 @@ def _to32(v: Any) -> Any:
 
 
 # -- the sandboxed entry point -------------------------------------------------------------------------------
-def scrubbed_env() -> dict[str, str]:
-    """This process's environment without anything that looks like a secret."""
-    return {k: v for k, v in os.environ.items() if not SECRET_ENV.search(k)}
+def worker_env(parent: Mapping[str, str] | None = None) -> dict[str, str]:
+    """The child's environment: the harness sandbox's allowlist with secrets dropped (harness/sandbox.py),
+    this package first on PYTHONPATH (so `-m autokernel_ci...` imports the same code from any cwd),
+    and the model-cache settings above."""
+    parent = os.environ if parent is None else parent
+    root = str(Path(autokernel_ci.__file__).resolve().parents[1])
+    paths = [root] + [p for p in parent.get("PYTHONPATH", "").split(os.pathsep) if p and p != root]
+    extra = {name: parent[name] for name in MODEL_CACHE_ENV if name in parent}
+    return scrubbed_env(parent, extra={**extra, "PYTHONPATH": os.pathsep.join(paths)})
 
 
 def end_to_end(model_ref: str, inputs_ref: str | None, plan: Plan, kernels: Mapping[str, str | Path], *,
@@ -287,7 +296,7 @@ def end_to_end(model_ref: str, inputs_ref: str | None, plan: Plan, kernels: Mapp
         req, out = Path(tmp) / "request.json", Path(tmp) / "result.json"
         req.write_text(json.dumps(request))
         proc = subprocess.Popen([sys.executable, "-m", "autokernel_ci.integrate.end_to_end", str(req), str(out)],
-                                env=scrubbed_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                env=worker_env(), stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True, text=True)
         try:
             log, _ = proc.communicate(timeout=timeout_s)

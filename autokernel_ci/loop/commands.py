@@ -1,8 +1,11 @@
-"""`autokernel-ci optimize`: parse the plan and bounds, run the loop, print the summary table.
+"""`autokernel-ci optimize` (and the loop half of `autokernel-ci run`): parse the plan and bounds,
+run the loop, print the summary table.
 
-Loop options that `autokernel_ci.cli` may not declare yet (--workers, --seed, --patience,
---verify-shapes, --timeout, --quiet) are read with defaults, and `python -m autokernel_ci.loop.commands`
-accepts them all (see docs/loop.md).
+The loop tuning options (--workers, --seed, --patience, --verify-shapes, --timeout, --quiet) are
+declared by `autokernel_ci.cli.add_loop_arguments` (re-exported here) on both `optimize` and `run`,
+so `--help` stays free of torch; `settings_from_args` turns them into LoopSettings, and `run_main`
+hands them to the LoopSettings that `pipeline.run_pipeline` builds. `python -m autokernel_ci.loop.commands`
+is `autokernel-ci optimize`.
 """
 
 from __future__ import annotations
@@ -11,26 +14,19 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
 
+from autokernel_ci.cli import add_loop_arguments as add_loop_arguments
 from autokernel_ci.loop.budget import Budget
 from autokernel_ci.loop.orchestrator import LoopSettings, optimize
 from autokernel_ci.loop.shards import ShardError, parse_shard, split_plan
 from autokernel_ci.plan import Plan, PlanError
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
-
-
-def add_loop_arguments(p: argparse.ArgumentParser) -> None:
-    """Options of `optimize` beyond DESIGN.md §10's list (the lead may add these to cli.py)."""
-    p.add_argument("--workers", type=int, default=None,
-                   help="evaluation workers (default: one per visible GPU; 1 on cpu)")
-    p.add_argument("--seed", type=int, default=0, help="search agent seed (the run is deterministic given it)")
-    p.add_argument("--patience", type=int, default=8,
-                   help="non-improving experiments in a row before moving to another kernel")
-    p.add_argument("--verify-shapes", default=None,
-                   help="comma-separated shape sets for the shape sweep (default: the harness's for the device)")
-    p.add_argument("--timeout", type=float, default=300.0, help="seconds one evaluation may take")
-    p.add_argument("--quiet", action="store_true", help="no per-experiment lines")
+# the add_loop_arguments options -> LoopSettings fields
+LOOP_OPTIONS = {"workers": "workers", "seed": "seed", "patience": "patience", "timeout": "timeout_s",
+                "verify_shapes": "verify_shape_sets", "quiet": "quiet"}
 
 
 def _default_device() -> str:
@@ -42,19 +38,45 @@ def _default_device() -> str:
         return "cpu"
 
 
+def loop_options(args: argparse.Namespace) -> dict[str, Any]:
+    """The loop tuning options given on the command line, as LoopSettings fields (absent ones left out)."""
+    out: dict[str, Any] = {}
+    for name, field_name in LOOP_OPTIONS.items():
+        value = getattr(args, name, None)
+        if value is None:
+            continue
+        if name == "workers" and value < 1:
+            raise ValueError(f"--workers {value}: give at least 1")
+        if name == "verify_shapes":
+            value = tuple(s.strip() for s in value.split(",") if s.strip()) or None
+        out[field_name] = value
+    return out
+
+
 def settings_from_args(args: argparse.Namespace) -> LoopSettings:
-    shapes = getattr(args, "verify_shapes", None)
-    workers = getattr(args, "workers", None)
-    if workers is not None and workers < 1:
-        raise ValueError(f"--workers {workers}: give at least 1")
     return LoopSettings(
-        agent=args.agent, llm_model=args.llm_model,
+        agent=args.agent or "search", llm_model=args.llm_model,
         budget=Budget(minutes=args.budget_minutes, experiments=args.max_experiments, usd=args.max_usd),
-        device=args.device or _default_device(), shard=args.shard, seed=getattr(args, "seed", 0) or 0,
-        workers=workers, patience=getattr(args, "patience", 8) or 8,
-        timeout_s=getattr(args, "timeout", None) or 300.0,
-        verify_shape_sets=tuple(s.strip() for s in shapes.split(",") if s.strip()) if shapes else None,
-        quiet=bool(getattr(args, "quiet", False)))
+        device=args.device or _default_device(), shard=args.shard, **loop_options(args))
+
+
+def empty_budget(minutes: float | None, experiments: int | None, usd: float | None, *, where: str = "") -> str | None:
+    """Why bounds this tight allow no experiment at all (then nothing should start), or None."""
+    if experiments is not None and experiments <= 0:
+        return f"--max-experiments {experiments}{where} allows no experiment: give 1 or more, or leave it out"
+    if usd is not None and usd <= 0:
+        return (f"--max-usd {usd:g}{where} allows no spend, so no experiment may start: give a positive cap "
+                "(e.g. --max-usd 5), or leave it out for no USD cap")
+    if minutes is not None and minutes <= 0:
+        return f"--budget-minutes {minutes:g}{where} leaves no time: give a positive budget (e.g. --budget-minutes 30)"
+    return None
+
+
+def llm_model_unused(agent: str | None, llm_model: str | None) -> str | None:
+    if llm_model and agent != "llm":
+        return (f"--llm-model {llm_model} is used only by the llm agent, but the agent is {agent or 'search'}: "
+                "add --agent llm (or drop --llm-model)")
+    return None
 
 
 def optimize_main(args: argparse.Namespace) -> int:
@@ -62,11 +84,16 @@ def optimize_main(args: argparse.Namespace) -> int:
     try:
         plan = Plan.load(args.plan)
         settings = settings_from_args(args)
+        problem = llm_model_unused(settings.agent, args.llm_model) or empty_budget(
+            args.budget_minutes, args.max_experiments, args.max_usd)
+        if problem:
+            print(f"autokernel-ci optimize: stopped before the first experiment: {problem}", file=sys.stderr)
+            return EXIT_USAGE
         if args.shard:
             k, n = parse_shard(args.shard)
             plan = split_plan(plan, k, n)
             settings.shard = f"{k}/{n}"
-        if args.agent == "llm":
+        if settings.agent == "llm":
             from autokernel_ci.agents.llm import LLMSettings
 
             LLMSettings.from_env(args.llm_model)  # fail now, not after the baselines, when no model is set
@@ -86,15 +113,42 @@ def optimize_main(args: argparse.Namespace) -> int:
 
 
 def build_parser() -> argparse.ArgumentParser:
+    """`python -m autokernel_ci.loop.commands` is `autokernel-ci optimize` (same parser)."""
     from autokernel_ci.cli import build_parser as cli_parser
 
     root = cli_parser()
     sub = next(a for a in root._actions if isinstance(a, argparse._SubParsersAction))
-    parser = sub.choices["optimize"]
-    known = {opt for action in parser._actions for opt in action.option_strings}
-    if "--workers" not in known:
-        add_loop_arguments(parser)
-    return parser
+    return sub.choices["optimize"]
+
+
+# -- autokernel-ci run -------------------------------------------------------------------------------
+def run_main(args: argparse.Namespace) -> int:
+    """`autokernel-ci run`: check the flags that would otherwise waste a profile (or be ignored),
+    then pipeline.run_main with the loop tuning options reaching the loop."""
+    from autokernel_ci import pipeline
+    from autokernel_ci.config import ConfigError, load_config
+
+    try:
+        options = loop_options(args)
+    except ValueError as exc:
+        print(f"autokernel-ci run: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    repo = Path(getattr(args, "repo", None) or ".").resolve()
+    try:
+        config = load_config(getattr(args, "config", None), pipeline.overrides_from_args(args), repo=repo)
+    except ConfigError:
+        config = None  # pipeline.run_main reports it
+    if config is not None:
+        problem = (llm_model_unused(config.agent, getattr(args, "llm_model", None))
+                   or empty_budget(config.budget_minutes, config.max_experiments, config.max_usd,
+                                   where=" (command line or config file)"))
+        if getattr(args, "resume", False) and not config.run_dir:
+            problem = problem or ("--resume continues an earlier run: pass its directory with --run-dir DIR "
+                                  "(e.g. --run-dir .autokernel-ci/runs/<time>)")
+        if problem:
+            print(f"autokernel-ci run: stopped before profiling: {problem}", file=sys.stderr)
+            return EXIT_USAGE
+    return pipeline.run_main(args, loop_options=options)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

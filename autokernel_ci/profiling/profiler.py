@@ -31,6 +31,12 @@ OP_NAME = re.compile(r"^[A-Za-z_]\w*::\w+")  # aten::addmm, autokernel::rmsnorm_
 # not operator time and the profiler adds ~1-2 us per op, so a compute-bound model stays within 25%.
 TIME_SUM_TOLERANCE = {"cuda": 0.10, "cpu": 0.25}
 WARMUP_RUNS = 2
+# A profiled CPU pass of a small model is short (llama small: ~14 ms, ~85% of it inside operators):
+# one scheduler preemption of a few ms that lands between operators on a loaded machine lowers the
+# pass's coverage by 10-25% without any accounting error. Load only ever adds time outside the
+# operators' share, so a pass out of tolerance is profiled again, up to this many passes in all,
+# and the pass whose coverage is closest to 1 is kept (a real double count or drop shows in every pass).
+PROFILE_PASSES = 3
 TIMING_MIN_RUNS, TIMING_MAX_RUNS, TIMING_BUDGET_S = 3, 50, 1.0
 
 
@@ -74,6 +80,7 @@ class Profile:
     profiled_time_us: float  # sum of event times (each microsecond once)
     profiled_wall_us: float  # wall time of the profiled forward pass itself
     unattributed_us: float = 0.0  # GPU kernel time no operator claimed (counted, as "other")
+    passes: int = 1  # profiled passes taken to get one within TIME_SUM_TOLERANCE (at most PROFILE_PASSES)
 
     @property
     def coverage(self) -> float:
@@ -152,11 +159,25 @@ def _chain(evt: Any) -> tuple[list[AtenCall], list[int]]:
 
 
 def profile_forward(model: nn.Module, inputs: Any, *, device: str, dtype: torch.dtype) -> Profile:
-    """Warm up, time the forward without the profiler, then profile one forward pass."""
+    """Warm up, time the forward without the profiler, then profile one forward pass (up to PROFILE_PASSES
+    passes when one's operator time is out of tolerance, keeping the pass closest to full coverage)."""
     with torch.no_grad():
         for _ in range(WARMUP_RUNS):
             call_model(model, inputs)
         model_time = measure_us(lambda: call_model(model, inputs), device)
+    best = _profile_pass(model, inputs, device=device, dtype=dtype, model_time=model_time)
+    for attempt in range(2, PROFILE_PASSES + 1):
+        if best.time_sum_ok():
+            break
+        again = _profile_pass(model, inputs, device=device, dtype=dtype, model_time=model_time)
+        if abs(again.coverage - 1.0) < abs(best.coverage - 1.0):
+            best = again
+        best.passes = attempt
+    return best
+
+
+def _profile_pass(model: nn.Module, inputs: Any, *, device: str, dtype: torch.dtype, model_time: float) -> Profile:
+    """Profile one forward pass and count each microsecond of operator (GPU: kernel) time once."""
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)

@@ -22,6 +22,12 @@ def reference(q, k, v, causal: bool, sm_scale: float) -> torch.Tensor:
     return torch.softmax(scores, dim=-1) @ v
 
 
+def eager(q, k, v, causal: bool, sm_scale: float) -> torch.Tensor:
+    """What models call: SDPA, with grouped-query heads when k/v have fewer heads than q."""
+    return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
+                                                            enable_gqa=q.shape[1] != k.shape[1])
+
+
 def _qkv(shape: Shape, dtype, device, gen, std: float):
     b, h, hkv, s, d = (int(shape[n]) for n in ("B", "H", "Hkv", "S", "D"))
     q = randn((b, h, s, d), dtype, device, gen, std=std)
@@ -80,4 +86,5 @@ SPEC = KernelSpec(
     stress_cases=(StressCase("peaked_scores", "scores ~25: needs the running max of online softmax", _peaked),),
     reference_dtype=torch.float32,
     primary_metric="TFLOP/s",
+    eager=eager,
 )

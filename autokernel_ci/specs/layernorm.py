@@ -9,6 +9,7 @@ from autokernel_ci.specs.base import (
     KernelSpec,
     Shape,
     StressCase,
+    Tolerance,
     affine_weight,
     elem_size,
     prod,
@@ -43,6 +44,19 @@ def _large_mean(shape, dtype, device, gen):
     return _with_params(randn(_dims(shape), dtype, device, gen, std=1.0, mean=1000.0), dtype, device, gen)
 
 
+# fp32 bound of the large_mean case. The output (x - mean) / std is conditioned by |mean| / std = 1000:
+# an fp32 mean is off by a few ulp(1000) = 6.1e-5, and that error reaches every output element.
+# Measured against the float64 reference on CPU (cpu/odd/llama7b/gpt2 shapes, seeds 0-2):
+#   PyTorch's fp32 F.layer_norm (the eager baseline)        max |err| 1.0e-4..2.5e-4, rel_l2 3.1e-5..3.6e-5
+#   two-pass in fp32, no shift                              max |err| 1.5e-4..3.8e-4, rel_l2 4.0e-5..6.6e-5
+#   two-pass shifted by x[0] (the Triton starter)           max |err| <= 1.5e-6
+#   chunk-sequential Welford in fp32                        max |err| <= 1.6e-3,       rel_l2 <= 2.8e-4
+#   single-pass E[x^2] - E[x]^2 (what the case must reject)  max |err| 0.24..1.5,        rel_l2 4e-2..6e-2
+# ROWWISE fp32 (1e-5) rejects eager itself, up to ~20x over; this bound accepts every honest fp32 algorithm
+# above and still rejects the single-pass variance by 80x (rel_l2) to 100x (elementwise).
+LARGE_MEAN_FP32 = Tolerance(atol=2e-3, rtol=2e-3, rel_l2=5e-4)
+
+
 def _tiny_variance(shape, dtype, device, gen):
     return _with_params(randn(_dims(shape), dtype, device, gen, std=1e-3), dtype, device, gen)
 
@@ -74,7 +88,8 @@ SPEC = KernelSpec(
     flops=lambda s: 8.0 * prod(_dims(s)),
     bytes_moved=_bytes,
     stress_cases=(
-        StressCase("large_mean", "mean 1000, std 1: single-pass E[x^2]-E[x]^2 variance cancels", _large_mean),
+        StressCase("large_mean", "mean 1000, std 1: single-pass E[x^2]-E[x]^2 variance cancels", _large_mean,
+                   tolerances={torch.float32: LARGE_MEAN_FP32}),
         StressCase("tiny_variance", "std 1e-3, comparable to eps", _tiny_variance),
         StressCase("large_magnitude", "std 1000: x^2 overflows fp16", _large_magnitude),
     ),

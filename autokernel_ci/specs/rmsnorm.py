@@ -26,6 +26,13 @@ def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor
     return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight
 
 
+def eager(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+    """transformers' LlamaRMSNorm.forward: normalise in fp32, cast back to the input dtype, then scale."""
+    h = x.to(torch.float32)
+    h = h * torch.rsqrt(h.pow(2).mean(-1, keepdim=True) + eps)
+    return weight * h.to(x.dtype)
+
+
 def _with_weight(x: torch.Tensor, dtype, device, gen):
     return (x, affine_weight(x.shape[-1], dtype, device, gen), EPS)
 
@@ -69,4 +76,5 @@ SPEC = KernelSpec(
         StressCase("large_magnitude", "std 1000: x^2 overflows fp16", _large),
     ),
     noncontiguous_args=(0,),
+    eager=eager,
 )

@@ -17,46 +17,10 @@ SEARCH_SPACE = {"THREADS": [128, 256, 512, 1024], "VEC_BYTES": [4, 8, 16]}
 
 IGNORE_INDEX = -100
 
-CUDA_SOURCE = r"""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#ifndef INFINITY  // NVRTC has no <math.h>
-#define INFINITY __int_as_float(0x7f800000)
-#endif
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-    return v;
-}
-
-// Sum over the WPR warps that share a row; every thread of the group gets the same value.
-template <int WPR>
-__device__ __forceinline__ float group_sum(float v, float* red) {
-    v = warp_sum(v);
-    if (WPR == 1) return v;
-    const int warp = threadIdx.x >> 5;
-    __syncthreads();  // red[] may still be read by the previous reduction
-    if ((threadIdx.x & 31) == 0) red[warp] = v;
-    __syncthreads();
-    const int first = (warp / WPR) * WPR;
-    float t = 0.f;
-#pragma unroll
-    for (int i = 0; i < WPR; ++i) t += red[first + i];
-    return t;
-}
+# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
+# Compiler error lines count from the r""" line below (the prelude ends with #line 1).
+CUDA_SOURCE = nvrtc.PRELUDE + r"""
 // Visit every element of a row once as fp32: a few scalar loads up to the first 16-byte boundary,
 // then aligned vectors, then the scalar tail. Works for any row length and any row start, so
 // rows of odd length (V = 50257) still get vector loads.

@@ -22,26 +22,12 @@ SEARCH_SPACE = {"WARPS": [2, 4], "BLOCK_N": [16, 32]}  # larger tiles exceed 48 
 
 HEAD_DIMS = (16, 32, 64, 128)  # multiples of 16 (WMMA tile) whose tiles fit 48 KiB of shared memory
 
-CUDA_SOURCE = r"""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
-#ifndef INFINITY  // NVRTC has no <math.h>
-#define INFINITY __int_as_float(0x7f800000)
-#endif
+# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
+# Compiler error lines count from the r""" line below (the prelude ends with #line 1).
+CUDA_SOURCE = nvrtc.PRELUDE + r"""
 #include <mma.h>
 using namespace nvcuda;
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
 
 template <typename T> struct Mma;
 template <> struct Mma<__half> { using In = __half; static constexpr int K = 16; };

@@ -20,23 +20,12 @@ BACKEND = "cuda"
 CONFIG = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4}
 SEARCH_SPACE = {"BM": [64, 128], "BN": [64, 128], "BK": [16, 32], "WARPS_M": [1, 2, 4], "WARPS_N": [2, 4]}
 
-CUDA_SOURCE = r"""
-#include <cuda_fp16.h>
-#include <cuda_bf16.h>
+# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
+# Compiler error lines count from the r""" line below (the prelude ends with #line 1).
+CUDA_SOURCE = nvrtc.PRELUDE + r"""
 #include <mma.h>
 using namespace nvcuda;
-
-__device__ __forceinline__ float to_float(float v) { return v; }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-template <typename T> __device__ __forceinline__ T from_float(float v);
-template <> __device__ __forceinline__ float from_float<float>(float v) { return v; }
-template <> __device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-    return __float2bfloat16_rn(v);
-}
-
-template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
 
 // Tensor-core input type and K depth of one WMMA step per storage type.
 template <typename T> struct Mma;

@@ -64,3 +64,12 @@ def test_kernel_benchmark_json(tmp_path):
     (bench,) = data["benchmarks"]
     assert bench["name"] == "test_softmax" and bench["stats"]["rounds"] == 3 and bench["stats"]["median"] > 0
     assert bench["extra_info"]["GB/s"] > 0 and "note" in bench["extra_info"]
+
+
+def test_stage_tests_are_plain_data_in_stage_order():
+    from autokernel_ci.harness import stage_tests
+    from autokernel_ci.harness.results import STAGES
+
+    assert tuple(stage_tests.STAGE_TESTS) == STAGES
+    assert stage_tests.__all__ == [f.__name__ for f in stage_tests.STAGE_TESTS.values()]
+    assert all(f.__name__ == f"test_{name}" for name, f in stage_tests.STAGE_TESTS.items())  # the template's names

@@ -126,3 +126,21 @@ def test_render_verdict_and_bench():
     assert render(b) == text
     with pytest.raises(TypeError):
         render(1)
+
+
+def test_roofline_reads_gpu_specs_not_a_local_table():
+    """No GPU here: the bounds are the reference GPU's gpu_specs figures, labelled as such; the floor
+    uses the datasheet (fp32 through tf32 tensor cores), the ceiling the measured figures."""
+    from autokernel_ci.hardware import ceiling as hw_ceiling
+    from autokernel_ci.hardware import load_spec
+
+    assert not hasattr(roofline, "FALLBACK_CEILING_GBS") and not hasattr(roofline, "FLOOR_TFLOPS")
+    h200 = load_spec(roofline.REFERENCE_GPU)
+    rms, mm = get_spec("rmsnorm"), get_spec("matmul")
+    c = roofline.ceiling(rms, torch.bfloat16)
+    assert c.value == hw_ceiling("GB/s", torch.bfloat16, h200) == h200.measured.copy_gbs
+    assert c.source.startswith(f"gpu_specs:{h200.key}") and "reference GPU" in c.source
+    assert roofline.ceiling(mm, torch.bfloat16).value == hw_ceiling("TFLOP/s", torch.bfloat16, h200)
+    shape = mm.model_shape()
+    assert roofline.floor_us(mm, shape, torch.bfloat16) == pytest.approx(mm.flops(shape) / (h200.peak("bf16") * 1e6))
+    assert roofline.floor_us(mm, shape, torch.float32) == pytest.approx(mm.flops(shape) / (h200.peak("tf32") * 1e6))

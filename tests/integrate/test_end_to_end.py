@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import os
+from pathlib import Path
 
 import pytest
 from integrate_helpers import LLAMA
@@ -13,7 +15,7 @@ from autokernel_ci.integrate.end_to_end import (
     end_to_end,
     fresh_inputs,
     render_end_to_end,
-    scrubbed_env,
+    worker_env,
 )
 from autokernel_ci.paths import starter_kernel
 from autokernel_ci.profiling.commands import profile_model
@@ -48,14 +50,36 @@ def test_a_wrong_kernel_fails(llama_plan, tmp_path):
     assert res.engaged  # it ran; it was wrong
 
 
+SECRETS = {"GITHUB_TOKEN": "ghs_should_not_leak", "GH_TOKEN": "ghs_should_not_leak",
+           "OPENAI_API_KEY": "sk-should-not-leak", "ANTHROPIC_API_KEY": "sk-ant-should-not-leak",
+           "HF_TOKEN": "hf_should_not_leak", "AWS_SECRET_ACCESS_KEY": "should-not-leak"}
+
+
+def test_worker_env_is_the_sandbox_allowlist():
+    """The e2e child gets harness/sandbox.py's scrubbed environment plus what it needs to run."""
+    from autokernel_ci.harness import sandbox
+
+    parent = {"PATH": "/bin", "HOME": "/h", "PYTHONPATH": "/extra", "HF_HOME": "/hf", "TRANSFORMERS_OFFLINE": "1",
+              "CUDA_VISIBLE_DEVICES": "0", "SOME_UNRELATED": "x", **SECRETS}
+    env = worker_env(parent)
+    assert not set(SECRETS) & set(env) and "SOME_UNRELATED" not in env
+    assert env["PYTHONPATH"].split(os.pathsep)[1:] == ["/extra"]  # this package first, then the parent's
+    assert (Path(env["PYTHONPATH"].split(os.pathsep)[0]) / "autokernel_ci" / "__init__.py").is_file()
+    assert env["HF_HOME"] == "/hf" and env["TRANSFORMERS_OFFLINE"] == "1" and env["CUDA_VISIBLE_DEVICES"] == "0"
+    assert {k: v for k, v in env.items() if k not in ("PYTHONPATH", "HF_HOME", "TRANSFORMERS_OFFLINE")} == \
+        {k: v for k, v in sandbox.scrubbed_env(parent).items() if k != "PYTHONPATH"}
+
+
 def test_kernels_never_see_secrets(llama_plan, tmp_path, monkeypatch):
-    monkeypatch.setenv("GITHUB_TOKEN", "ghs_should_not_leak")
-    monkeypatch.setenv("OPENAI_API_KEY", "sk-should-not-leak")
-    assert "GITHUB_TOKEN" not in scrubbed_env() and "OPENAI_API_KEY" not in scrubbed_env()
+    for name, value in SECRETS.items():
+        monkeypatch.setenv(name, value)
+    monkeypatch.setenv("AUTOKERNEL_TEST_UNLISTED", "not for the child")
+    assert not set(SECRETS) & set(worker_env())
     spy = tmp_path / "spy_rmsnorm.py"
     spy.write_text('"""Raises if it can read a secret."""\nimport os\n\nimport torch\n\nKERNEL_TYPE = "rmsnorm"\n'
                    'BACKEND = "triton"\nCONFIG = {}\nSEARCH_SPACE = {}\n\n\ndef kernel_fn(x, weight, eps):\n'
-                   '    assert "GITHUB_TOKEN" not in os.environ and "OPENAI_API_KEY" not in os.environ\n'
+                   f'    leaked = [k for k in {sorted(SECRETS)!r} + ["AUTOKERNEL_TEST_UNLISTED"] if k in os.environ]\n'
+                   '    assert not leaked, leaked\n'
                    '    return x * torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps) * weight\n')
     res = end_to_end(LLAMA, None, llama_plan, {"rmsnorm-0": spy}, dtype="fp32", device="cpu", compile=False)
     assert res.status == "pass", res.reason

@@ -77,6 +77,23 @@ def test_starter_imports_only_torch_math_and_nvrtc(kernel_type):
     assert "autokernel_ci.nvrtc" in imported
 
 
+PRELUDE_DEFINITIONS = ("float to_float(", "T from_float(", "struct alignas(sizeof(T) * N) Vec", "float warp_sum(",
+                       "float group_sum(", "#define INFINITY")
+
+
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_starter_uses_the_shared_prelude_instead_of_a_copy(kernel_type):
+    """One copy of the device helpers (nvrtc.PRELUDE), named in the file: `nvrtc.PRELUDE + r\"\"\"...`."""
+    text = starter_kernel(kernel_type, "cuda").read_text()
+    assert 'CUDA_SOURCE = nvrtc.PRELUDE + r"""' in text
+    module = _import(kernel_type)
+    for source, _, _ in module.cuda_builds():
+        assert source.startswith(nvrtc.PRELUDE)
+        own = source[len(nvrtc.PRELUDE):]
+        copied = [d for d in PRELUDE_DEFINITIONS if d in own]
+        assert not copied, f"{kernel_type} repeats prelude definitions {copied}"
+
+
 def _builds(kernel_type: str, module: ModuleType) -> list[tuple[str, dict, list[str]]]:
     builds = module.cuda_builds()
     assert builds, "cuda_builds() lists at least one build"

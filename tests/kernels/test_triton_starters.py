@@ -275,22 +275,9 @@ def test_strided_inputs_beyond_the_spec(kernel_type: str) -> None:
     run_and_check(_module(kernel_type), kernel_type, tuple(inputs), torch.float16)
 
 
-# Stress cases whose tolerance no implementation with a bf16 intermediate meets, measured on the cpu
-# and odd shapes: fused_mlp's saturated gate makes h ~ +-20, its bf16 rounding (2^-9 relative) adds
-# ~0.1-0.2 absolute error to outputs near 0 against atol 0.03. PyTorch eager in bf16 fails it
-# worse (23-1741 elements vs our 1-352). Reported to the lead as a spec question.
-KNOWN_SPEC_LIMITS = {("fused_mlp", "saturated_gate", torch.bfloat16)}
-
-
 def _stress_cases() -> list:
-    out = []
-    for t in TYPES:
-        for case in get_spec(t).stress_cases:
-            for dtype in get_spec(t).dtypes:
-                marks = [pytest.mark.xfail(reason="bf16 intermediate vs the spec's atol; eager fails too",
-                                           strict=False)] if (t, case.name, dtype) in KNOWN_SPEC_LIMITS else []
-                out.append(pytest.param(t, case.name, dtype, id=f"{t}-{case.name}-{str(dtype)[6:]}", marks=marks))
-    return out
+    return [pytest.param(t, case.name, dtype, id=f"{t}-{case.name}-{str(dtype)[6:]}")
+            for t in TYPES for case in get_spec(t).stress_cases for dtype in get_spec(t).dtypes]
 
 
 @pytest.mark.parametrize(("kernel_type", "case_name", "dtype"), _stress_cases())

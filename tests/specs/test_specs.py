@@ -5,7 +5,7 @@ import torch
 
 from autokernel_ci.compare import compare
 from autokernel_ci.specs import KERNEL_TYPES, SPECS, get_spec
-from autokernel_ci.specs.base import SHAPE_SET_NAMES
+from autokernel_ci.specs.base import SHAPE_SET_NAMES, Tolerance
 from autokernel_ci.specs.cross_entropy import IGNORE_INDEX
 
 CPU = torch.device("cpu")
@@ -133,3 +133,123 @@ def test_reduced_precision_is_outside_fp32_tolerance():
     cheap = torch.softmax(x.bfloat16().float(), -1)
     failure = compare(cheap, ref, spec.tolerances[torch.float32])
     assert failure is not None and failure.check == "allclose"
+
+
+# -- the eager baseline (KernelSpec.eager / eager_fn) -----------------------------------------------
+EAGER_OVERRIDDEN = {"rmsnorm", "flash_attention", "cross_entropy"}
+
+
+@pytest.mark.parametrize("name", KERNEL_TYPES)
+def test_eager_fn_is_the_users_code_else_the_reference(name):
+    spec = get_spec(name)
+    if name in EAGER_OVERRIDDEN:
+        assert spec.eager is not None and spec.eager_fn() is spec.eager and spec.eager is not spec.reference
+    else:
+        assert spec.eager is None and spec.eager_fn() is spec.reference
+
+
+@pytest.mark.parametrize("name", KERNEL_TYPES)
+@pytest.mark.parametrize("dtype", [torch.float32, torch.float16, torch.bfloat16], ids=str)
+def test_eager_matches_reference_on_cpu_shapes(name, dtype):
+    """What users run today agrees with the reference within the spec's tolerance (a baseline that
+    computed something else would make every speedup meaningless)."""
+    spec = get_spec(name)
+    if dtype not in spec.tolerances:
+        pytest.skip(f"{name} does not run in {dtype}")
+    for shape in spec.shapes("cpu"):
+        for seed in range(3):
+            inputs = spec.make_inputs(shape, dtype, CPU, _gen(seed))
+            out, ref = spec.eager_fn()(*inputs), spec.run_reference(inputs)
+            assert out.dtype == dtype, "eager runs in the input dtype"
+            tol = spec.tolerance(dtype)
+            if spec.output_dtype not in (None, dtype):
+                # cross_entropy: F.cross_entropy returns the loss in the logits' dtype, where the spec
+                # demands fp32. Eager is then right to the rounding of one scalar in its dtype.
+                eps = torch.finfo(dtype).eps
+                tol = Tolerance(atol=0.0, rtol=eps, rel_l2=eps)
+            assert compare(out, ref, tol) is None, (name, shape, dtype, seed)
+
+
+def test_eager_rmsnorm_and_attention_are_what_models_run():
+    rms = get_spec("rmsnorm")
+    # LlamaRMSNorm normalises in fp32: at std 1000, x^2 overflows fp16 in the reference run natively
+    # (rsqrt(inf) = 0: all zeros), not in the eager baseline.
+    inputs = rms.stress_cases[1].make_inputs({"M": 4, "N": 64}, torch.float16, CPU, _gen())
+    ref, tol = rms.run_reference(inputs), rms.tolerance(torch.float16)
+    assert compare(rms.eager_fn()(*inputs), ref, tol) is None and compare(rms.reference(*inputs), ref, tol)
+    attn = get_spec("flash_attention")
+    q, k, v, causal, scale = attn.make_inputs({"B": 1, "H": 4, "Hkv": 2, "S": 8, "D": 16, "causal": True},
+                                              torch.float32, CPU, _gen())
+    out = attn.eager_fn()(q, k, v, causal, scale)  # SDPA with enable_gqa: 4 query heads on 2 kv heads
+    assert out.shape == q.shape and torch.allclose(out, attn.reference(q, k, v, causal, scale), atol=1e-5)
+
+
+# The fp32 reference run natively multiplies x (std 1000) by cos and sin in fp32 and subtracts: where
+# the two products cancel, their rounding (ulp(1000) = 6e-5) exceeds atol 1e-5 (up to 4.3e-4, 14-18 of
+# 95904 elements at the odd shape; 1 element here). Reported to the lead, not changed in this pass.
+EAGER_FP32_STRESS_LIMITS = {("rotary_embedding", "large_magnitude")}
+
+
+def _stress_params():
+    for name in KERNEL_TYPES:
+        for case in get_spec(name).stress_cases:
+            marks = [pytest.mark.xfail(reason="fp32 products cancel: see EAGER_FP32_STRESS_LIMITS", strict=False)] \
+                if (name, case.name) in EAGER_FP32_STRESS_LIMITS else []
+            yield pytest.param(name, case.name, id=f"{name}-{case.name}", marks=marks)
+
+
+@pytest.mark.parametrize(("name", "case_name"), list(_stress_params()))
+def test_eager_fp32_passes_every_stress_case(name, case_name):
+    """A stress case's fp32 bound must accept the eager baseline: a bound eager fails is not honest."""
+    spec = get_spec(name)
+    case = next(c for c in spec.stress_cases if c.name == case_name)
+    for shape in spec.shapes("cpu"):
+        for seed in range(3):
+            inputs = case.make_inputs(shape, torch.float32, CPU, _gen(seed))
+            out = spec.eager_fn()(*inputs)
+            assert compare(out, spec.run_reference(inputs), spec.tolerance(torch.float32, case_name)) is None, \
+                (shape, seed)
+
+
+# -- stress-case tolerances ---------------------------------------------------------------------------
+def test_tolerance_lookup_prefers_the_stress_case_bound():
+    from autokernel_ci.specs.layernorm import LARGE_MEAN_FP32
+
+    spec = get_spec("layernorm")
+    assert spec.tolerance(torch.float32, "large_mean") is LARGE_MEAN_FP32
+    assert spec.tolerance(torch.bfloat16, "large_mean") is spec.tolerances[torch.bfloat16]
+    assert spec.tolerance(torch.float32, "tiny_variance") is spec.tolerances[torch.float32]
+    assert spec.tolerance(torch.float32) is spec.tolerances[torch.float32]
+    with pytest.raises(KeyError, match="no stress case"):
+        spec.tolerance(torch.float32, "nope")
+    overridden = [(n, c.name) for n in KERNEL_TYPES for c in get_spec(n).stress_cases if c.tolerances]
+    assert overridden == [("layernorm", "large_mean")], "each override needs its measured reason in the spec"
+
+
+def _naive_layernorm(x, weight, bias, eps):
+    """Single-pass E[x^2] - E[x]^2 in fp32: what the large_mean case exists to reject."""
+    x32 = x.float()
+    mean = x32.mean(-1, keepdim=True)
+    var = ((x32 * x32).mean(-1, keepdim=True) - mean * mean).clamp_min(0)
+    return (x32 - mean) * torch.rsqrt(var + eps) * weight + bias
+
+
+def _two_pass_layernorm(x, weight, bias, eps):
+    x32 = x.float()
+    d = x32 - x32.mean(-1, keepdim=True)
+    return d * torch.rsqrt((d * d).mean(-1, keepdim=True) + eps) * weight + bias
+
+
+@pytest.mark.parametrize("shape", [{"M": 16, "N": 256}, {"M": 9, "N": 100}, {"M": 257, "N": 3000}], ids=str)
+def test_layernorm_large_mean_fp32_bound_separates_honest_from_naive(shape):
+    spec = get_spec("layernorm")
+    case = next(c for c in spec.stress_cases if c.name == "large_mean")
+    tol = spec.tolerance(torch.float32, "large_mean")
+    inputs = case.make_inputs(shape, torch.float32, CPU, _gen())
+    ref = spec.run_reference(inputs)
+    assert compare(spec.eager_fn()(*inputs), ref, spec.tolerances[torch.float32]) is not None, \
+        "eager fp32 fails the plain fp32 bound here: the override is needed"
+    assert compare(spec.eager_fn()(*inputs), ref, tol) is None
+    assert compare(_two_pass_layernorm(*inputs), ref, tol) is None
+    naive = compare(_naive_layernorm(*inputs), ref, tol)
+    assert naive is not None and naive.rel_l2 > 50 * tol.rel_l2

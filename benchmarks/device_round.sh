@@ -1,0 +1,68 @@
+#!/usr/bin/env bash
+# One device call = one round (device time is scarce: each round batches what belongs together).
+# Usage on the GPU machine, from the repo root: bash benchmarks/device_round.sh check|e2e|perf
+#   check: GPU-only pytest files (NVRTC, hardware, CUDA + Triton starters on cuda) next to
+#          check_cuda_gpu.py, then (alone on the GPU, for clean timings) check_starters_gpu.py
+#          without torch.compile, harness_overhead.py and `autokernel-ci gpu --calibrate`.
+#   e2e:   the exploit suite on the GPU, end_to_end_gpu.py at the 7B size with torch.compile, then
+#          search_agent_gpu.py on four memory-bound types.
+#   show:  the exploit suite (60 s hang limit), end_to_end_gpu.py, then `autokernel-ci run --example llama
+#          --local` in a scratch git repository: the plan, the journal and the publication (PR body,
+#          report.html, plots) come back as show_run.tar.gz (docs/examples/h200-llama/ holds them).
+#   perf:  search_agent_gpu.py on the other five types, then the Triton starters timed at fp16 on the
+#          GPT-2 shapes and at fp32 on the LLaMA shapes.
+# Logs and JSON land in $OUT (packed into $OUT/round.tar.gz at the end); the last lines printed are a summary.
+set -uo pipefail
+out="${OUT:-.gpu_out}"; mkdir -p "$out"
+export PYTHONPATH="$PWD${PYTHONPATH:+:$PYTHONPATH}" PYTHONUNBUFFERED=1 LITELLM_LOCAL_MODEL_COST_MAP=True
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv > "$out/gpu.txt"
+python3 -c "import torch, triton; print('torch', torch.__version__, 'triton', triton.__version__)" >> "$out/gpu.txt"
+step() {  # step LIMIT NAME CMD... : run with a time limit, log to $out/NAME.log, record the exit code
+  local limit="$1" name="$2"; shift 2
+  local t0=$SECONDS
+  timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
+  echo "$name exit $? in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+}
+case "${1:-check}" in
+  check)
+    step 200 pytest_gpu python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_nvrtc.py tests/hardware \
+      tests/kernels/test_cuda_starters.py &
+    step 200 pytest_triton_cuda env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 6 \
+      tests/kernels/test_triton_starters.py &
+    step 200 check_cuda_gpu python3 benchmarks/check_cuda_gpu.py --jobs 3 --out "$out" &
+    wait
+    step 200 check_starters python3 benchmarks/check_starters_gpu.py --no-compile --out "$out"
+    step 120 harness_overhead python3 benchmarks/harness_overhead.py --out "$out"
+    step 60 gpu_calibrate python3 -m autokernel_ci gpu --calibrate
+    ;;
+  e2e)
+    step 140 exploits python3 benchmarks/harness_overhead.py --candidates 0 --out "$out"
+    step 230 end_to_end python3 benchmarks/end_to_end_gpu.py --out "$out/e2e"
+    step 210 search_agent python3 benchmarks/search_agent_gpu.py --minutes 0.75 \
+      --types rmsnorm,softmax,cross_entropy,rotary_embedding --out "$out/search"
+    ;;
+  show)
+    step 220 exploits python3 benchmarks/harness_overhead.py --candidates 0 --out "$out"
+    step 120 end_to_end python3 benchmarks/end_to_end_gpu.py --out "$out/e2e"
+    repo=$(mktemp -d)/model-repo; mkdir -p "$repo"
+    git -C "$repo" init -q -b main && echo "# a model repository" > "$repo/README.md"
+    git -C "$repo" add README.md && git -C "$repo" -c user.name=dev -c user.email=dev@example.com commit -qm init
+    step 250 run_llama python3 -m autokernel_ci run --example llama --local --repo "$repo" --top 3 \
+      --budget-minutes 2 --run-dir .autokernel-ci/runs/h200
+    git -C "$repo" log --all --stat --format='%H %s' > "$out/run_llama_git.txt" 2>&1
+    tar -C "$repo" -czf "$out/show_run.tar.gz" .autokernel-ci
+    ;;
+  perf)
+    step 330 search_agent2 python3 benchmarks/search_agent_gpu.py --minutes 0.75 \
+      --types layernorm,reduce,matmul,flash_attention,fused_mlp --out "$out/search2"
+    step 90 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
+      --dtype fp16 --time-set gpt2 --out "$out/fp16_gpt2"
+    step 90 starters_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
+      --dtype fp32 --out "$out/fp32"
+    ;;
+esac
+for f in "$out"/*.log; do echo "--- $(basename "$f"): last lines"; tail -n 8 "$f"; done
+cat "$out/summary.txt"
+# The device tool brings back at most 8 files: everything goes back as one archive beside the summary.
+tar -C "$out" -czf /tmp/round.tar.gz --exclude=round.tar.gz . && mv /tmp/round.tar.gz "$out/round.tar.gz"
+find "$out" -mindepth 1 -not -name round.tar.gz -not -name summary.txt -delete
