@@ -150,7 +150,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"comma-separated dtypes to verify in, from {','.join(DTYPE_NAMES)} "
                    "(default: every dtype the kernel type runs in)")
     p.add_argument("--timeout", type=_number(float, "--timeout", 0, "300", exclusive=True), default=None,
-                   metavar="S", help="seconds before the worker is killed")
+                   metavar="S", help="seconds a verify may take before the worker is killed (default 300)")
     p.add_argument("--seed", type=int, default=None, help="input seed (default: fresh, unknowable)")
 
     p = sub.add_parser("bench", help="benchmark one kernel file against eager and torch.compile")

@@ -9,8 +9,11 @@
 #   show:  the exploit suite (60 s hang limit), end_to_end_gpu.py, then `autokernel-ci run --example llama
 #          --local` in a scratch git repository: the plan, the journal and the publication (PR body,
 #          report.html, plots) come back as show_run.tar.gz (docs/examples/h200-llama/ holds them).
-#   perf:  search_agent_gpu.py on the other five types, then the Triton starters timed at fp16 on the
-#          GPT-2 shapes and at fp32 on the LLaMA shapes.
+#   perf:  search_agent_gpu.py on the other five types, then every starter (both backends) timed in
+#          bf16 at the LLaMA-7B shapes against eager and torch.compile.
+#   tune:  benchmarks/variants_gpu.py over benchmarks/variants/{matmul,flash_attention}.json, then the
+#          search agent on layernorm, reduce, matmul, flash_attention, fused_mlp.
+#   perf2: the Triton starters timed at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes.
 # Logs and JSON land in $OUT (packed into $OUT/round.tar.gz at the end); the last lines printed are a summary.
 set -uo pipefail
 out="${OUT:-.gpu_out}"; mkdir -p "$out"
@@ -42,22 +45,31 @@ case "${1:-check}" in
       --types rmsnorm,softmax,cross_entropy,rotary_embedding --out "$out/search"
     ;;
   show)
-    step 220 exploits python3 benchmarks/harness_overhead.py --candidates 0 --out "$out"
+    step 240 exploits python3 benchmarks/harness_overhead.py --candidates 0 --out "$out"
     step 120 end_to_end python3 benchmarks/end_to_end_gpu.py --out "$out/e2e"
     repo=$(mktemp -d)/model-repo; mkdir -p "$repo"
     git -C "$repo" init -q -b main && echo "# a model repository" > "$repo/README.md"
     git -C "$repo" add README.md && git -C "$repo" -c user.name=dev -c user.email=dev@example.com commit -qm init
-    step 250 run_llama python3 -m autokernel_ci run --example llama --local --repo "$repo" --top 3 \
-      --budget-minutes 2 --run-dir .autokernel-ci/runs/h200
+    step 240 run_llama python3 -m autokernel_ci run --example llama --local --repo "$repo" --top 3 \
+      --budget-minutes 1.5 --run-dir .autokernel-ci/runs/h200
     git -C "$repo" log --all --stat --format='%H %s' > "$out/run_llama_git.txt" 2>&1
     tar -C "$repo" -czf "$out/show_run.tar.gz" .autokernel-ci
     ;;
   perf)
-    step 330 search_agent2 python3 benchmarks/search_agent_gpu.py --minutes 0.75 \
+    step 300 search_agent2 python3 benchmarks/search_agent_gpu.py --minutes 0.75 \
       --types layernorm,reduce,matmul,flash_attention,fused_mlp --out "$out/search2"
-    step 90 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
+    step 280 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --out "$out/bf16"
+    ;;
+  tune)
+    step 160 variants_matmul python3 benchmarks/variants_gpu.py matmul --out "$out/variants"
+    step 80 variants_flash python3 benchmarks/variants_gpu.py flash_attention --out "$out/variants"
+    step 280 search_agent2 python3 benchmarks/search_agent_gpu.py --minutes 0.6 \
+      --types layernorm,reduce,matmul,flash_attention,fused_mlp --out "$out/search2"
+    ;;
+  perf2)
+    step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
       --dtype fp16 --time-set gpt2 --out "$out/fp16_gpt2"
-    step 90 starters_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
+    step 120 starters_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
       --dtype fp32 --out "$out/fp32"
     ;;
 esac

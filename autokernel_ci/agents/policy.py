@@ -13,7 +13,9 @@ from dataclasses import dataclass
 
 from autokernel_ci.kernelfile import KernelFile, KernelFileError, parse
 
-ALLOWED_IMPORTS = frozenset({"torch", "triton", "triton.language", "math", "functools", "typing", "__future__"})
+# triton.tools.tensor_descriptor: a dataclass describing a tensor for Hopper's bulk tensor copies (TMA).
+ALLOWED_IMPORTS = frozenset({"torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math",
+                             "functools", "typing", "__future__"})
 CUDA_IMPORTS = frozenset({"autokernel_ci.nvrtc"})
 # Named so the message can say why, even though an unimported module name is only a NameError.
 FORBIDDEN_MODULES = frozenset({"os", "sys", "subprocess", "socket", "ctypes", "importlib", "builtins", "pathlib",

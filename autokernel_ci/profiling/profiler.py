@@ -176,6 +176,16 @@ def profile_forward(model: nn.Module, inputs: Any, *, device: str, dtype: torch.
     return best
 
 
+def device_work_us(evt: Any) -> float:
+    """Time of a device-side profiler event that is real work (a kernel, memcpy, memset), else 0.
+
+    Our per-module record_function scopes reappear on the GPU timeline as user annotations that span
+    their kernels: counting them too made a 7B LLaMA forward add up to 236% of its time on the H200."""
+    if evt.device_type == DeviceType.CPU or getattr(evt, "is_user_annotation", False):
+        return 0.0
+    return float(evt.time_range.elapsed_us())
+
+
 def _profile_pass(model: nn.Module, inputs: Any, *, device: str, dtype: torch.dtype, model_time: float) -> Profile:
     """Profile one forward pass and count each microsecond of operator (GPU: kernel) time once."""
     activities = [torch.profiler.ProfilerActivity.CPU]
@@ -195,7 +205,7 @@ def _profile_pass(model: nn.Module, inputs: Any, *, device: str, dtype: torch.dt
     attributed = device_total = 0.0
     for evt in sorted(prof.events(), key=lambda e: e.time_range.start):
         if evt.device_type != DeviceType.CPU:
-            device_total += evt.time_range.elapsed_us()
+            device_total += device_work_us(evt)
             continue
         if evt.is_async or not OP_NAME.match(evt.name):
             continue

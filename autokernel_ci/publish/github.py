@@ -11,8 +11,6 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-from github import Auth, Github, GithubException
-
 DEFAULT_API_URL = "https://api.github.com"
 # GitHub asks integrations to space content-creating requests (~1 s) to stay clear of the secondary
 # rate limit; a publish makes at most ~4 writes. The env override exists for local test servers.
@@ -61,6 +59,13 @@ class GitHubClient:
             raise GitHubError(f"repository {repo!r} is not owner/name (GITHUB_REPOSITORY)")
         self.repo_name = repo
         self.owner = repo.split("/")[0]
+        # Imported here: local mode (and `run --local` on a runner) never needs PyGithub.
+        try:
+            from github import Auth, Github
+        except ImportError as exc:
+            raise GitHubError(f"GitHub mode needs PyGithub, which does not import ({exc}): "
+                              "pip install 'PyGithub>=2.1' (or publish with --local)") from None
+
         self._gh = Github(auth=Auth.Token(token), base_url=(api_url or DEFAULT_API_URL).rstrip("/"),
                           timeout=TIMEOUT_S, lazy=True,
                           seconds_between_requests=float(os.environ.get(SPACING_ENV[1], READ_SPACING_S)),
@@ -69,6 +74,8 @@ class GitHubClient:
         self._repo = self._gh.get_repo(repo)
 
     def _call(self, what: str, fn, *args, **kwargs):
+        from github import GithubException
+
         try:
             return fn(*args, **kwargs)
         except GithubException as exc:

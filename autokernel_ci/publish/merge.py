@@ -187,7 +187,9 @@ def merge_run_dirs(run_dirs: list[str | Path]) -> MergedRun:
         shards.append(ShardInfo(
             run_dir=str(run_dir), shard=settings.get("shard"), gpu=gpu, agent=str(settings.get("agent", "?")),
             experiments=len(records), usd=usd,
-            complete=summary is not None and (summary_n is None or int(summary_n) >= len(records)),
+            # summary.json counts experiments (n >= 1), not the starter baselines (n == 0) the journal also holds
+            complete=summary is not None and bool(summary.get("finished", True)) and (
+                summary_n is None or int(summary_n) >= sum(1 for r in records if int(r.get("n", 0)) >= 1)),
             torn_lines=torn,
         ))
         for rec in records:

@@ -21,6 +21,7 @@ from autokernel_ci.publish.report import HEAD_MARKER_RE, PR_MARKER, Links, rende
 
 WORK_DIR = ".autokernel-ci"  # inside the repository, ignored by a `*` .gitignore of its own
 RECORD_REF = "refs/autokernel-ci/"  # local mode: the last commit the bot made on each bot branch
+PR_BODY_FILE = "pr_body.md"  # under .autokernel-ci/publication: the PR text, for local mode and previews
 
 OPERATIONS = ("created", "updated", "unchanged", "none", "skipped")
 
@@ -99,7 +100,7 @@ def _prepare(run_dirs: list[str | Path], repo: Path, config: Config, mode: str, 
     published = improvements(merged, config.min_speedup)
     staging = work_dir(repo) / "publication"
     pub = stage(staging, merged, published, repo=repo_name, branch=config.branch, kernels_dir=config.kernels_dir,
-                links=links, min_speedup=config.min_speedup)
+                links=links, min_speedup=config.min_speedup, repo_root=repo)
     e2e = pub.context.get("e2e") or {}
     speedup = e2e.get("speedup") or pub.context.get("best_kernel_speedup")
     result = PublishResult(operation="none", message="", mode=mode, branch=config.branch,
@@ -111,6 +112,9 @@ def _prepare(run_dirs: list[str | Path], repo: Path, config: Config, mode: str, 
                           f"nothing to publish; report at {pub.report_path}")
     else:
         result.message = f"{len(published)} kernel(s) ready; report at {pub.report_path}"
+        # What the pull request will say, beside (not inside) the committed directory: local mode and
+        # previews show it without a network; github mode renders it again with the head marker.
+        (staging / PR_BODY_FILE).write_text(render_markdown("pr_body.md.j2", {**pub.context, "head_marker": ""}))
     return result, pub, published, merged
 
 

@@ -87,7 +87,7 @@ def write_publication(root: Path, merged: MergedRun, published: list[KernelResul
 
 
 def stage(root: Path, merged: MergedRun, published: list[KernelResult], *, repo: str | None, branch: str,
-          kernels_dir: str, links: Any, min_speedup: float) -> Publication:
+          kernels_dir: str, links: Any, min_speedup: float, repo_root: Path | None = None) -> Publication:
     context = build_context(merged, published, repo=repo, branch=branch, kernels_dir=kernels_dir, links=links,
-                            min_speedup=min_speedup)
+                            min_speedup=min_speedup, repo_root=repo_root)
     return write_publication(root, merged, published, kernels_dir=kernels_dir, context=context)

@@ -45,6 +45,29 @@ def md_escape(value: Any) -> str:
     return _MD_SPECIAL.sub(r"\\\1", text).replace("&", "&amp;")
 
 
+_CODE_SAFE = re.compile(r"[^A-Za-z0-9_.\-/]")
+
+
+def code_name(value: Any) -> Markup:
+    """A name (op id, path) for a fenced code block, where Markdown escapes would print literally:
+    anything outside [A-Za-z0-9_.-/] becomes "_" so the value cannot close the block or inject."""
+    return Markup(_CODE_SAFE.sub("_", str(value)))
+
+
+def display_model(ref: str, repo_root: Path | None) -> str:
+    """The model reference as the PR shows it: paths relative to the repository (or, for a bundled
+    example, to the package checkout); never the runner's absolute path."""
+    file_part, sep, rest = ref.partition(":")
+    path = Path(file_part)
+    if not path.is_absolute():
+        return ref
+    package_root = Path(__file__).resolve().parents[2]
+    for root in (repo_root, package_root, package_root / "autokernel_ci" / "_data"):
+        if root is not None and path.is_relative_to(root.resolve()):
+            return f"{path.relative_to(root.resolve()).as_posix()}{sep}{rest}"
+    return f"{path.name}{sep}{rest}"
+
+
 def _md_finalize(value: Any) -> Any:
     if value is None:
         return ""
@@ -77,7 +100,7 @@ def _env(autoescape: bool) -> jinja2.Environment:
         lstrip_blocks=True,
         keep_trailing_newline=True,
     )
-    env.filters.update(x=fmt_x, us=fmt_us, pct=fmt_pct, md=md_escape)
+    env.filters.update(x=fmt_x, us=fmt_us, pct=fmt_pct, md=md_escape, code=code_name)
     return env
 
 
@@ -146,7 +169,8 @@ def end_to_end_summary(e2e: Mapping[str, Any] | None) -> dict[str, Any] | None:
 
 
 def build_context(merged: MergedRun, published: list[KernelResult], *, repo: str | None, branch: str,
-                  kernels_dir: str, links: Links, min_speedup: float) -> dict[str, Any]:
+                  kernels_dir: str, links: Links, min_speedup: float,
+                  repo_root: Path | None = None) -> dict[str, Any]:
     e2e = end_to_end_summary(merged.end_to_end)
     speedups = [k.speedup_vs_eager for k in published if k.speedup_vs_eager]
     plan = merged.plan or {}
@@ -159,7 +183,8 @@ def build_context(merged: MergedRun, published: list[KernelResult], *, repo: str
         "others": merged.others, "shards": merged.shards, "experiments": merged.experiments,
         "usd": sum(s.usd for s in merged.shards), "e2e": e2e,
         "best_kernel_speedup": max(speedups) if speedups else None,
-        "model": plan.get("model") or "", "dtype": plan.get("dtype") or "", "device": plan.get("device") or "",
+        "model": display_model(plan.get("model") or "", repo_root), "dtype": plan.get("dtype") or "",
+        "device": plan.get("device") or "",
         "images": {name: Markup(links.file(f"{kernels_dir}/report/{name}")) for name in PLOT_NAMES},
         "report_link": Markup(links.file(f"{kernels_dir}/report.html")),
         "min_speedup": min_speedup, "commands": COMMENT_COMMANDS,

@@ -6,18 +6,24 @@ launched next to each other so the b panel they share stays in L2 (grouped order
 launches one program per SM that walks the tiles in the same grouped order (no tail wave, launch
 cost paid once). a and b may have any strides (b is often an nn.Linear weight's .T); tiles at the
 M/N/K edges are masked, so any shape works, including 1 x 1 x 1.
+
+"tma" and "tma_persistent" read the tiles through tensor descriptors (Hopper's bulk tensor copy:
+one instruction per tile instead of per-thread addresses, edges zero-filled by the hardware). They
+need 16-byte aligned bases and row strides and a contiguous last dimension (of b, or of b.T for an
+nn.Linear weight); when a layout does not allow it they fall back to the pointer variants.
 """
 
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "matmul"
 BACKEND = "triton"
 CONFIG = {"VARIANT": "tiled", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
-          "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3"}
+          "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3", "FLATTEN": False}
 SEARCH_SPACE = {
-    "VARIANT": ["tiled", "persistent"],
+    "VARIANT": ["tiled", "persistent", "tma", "tma_persistent"],
     "BLOCK_M": [64, 128, 256],
     "BLOCK_N": [64, 128, 256],
     "BLOCK_K": [32, 64, 128],
@@ -25,6 +31,7 @@ SEARCH_SPACE = {
     "num_stages": [2, 3, 4, 5],
     "num_warps": [4, 8],
     "FP32_DOT": ["tf32x3", "ieee"],
+    "FLATTEN": [False, True],  # tma_persistent: one software-pipelined loop over tiles x K slices
 }
 
 # FP32_DOT is the tl.dot precision for fp32 inputs only (bf16/fp16 always use their tensor cores).
@@ -99,12 +106,69 @@ def _matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_c
               BLOCK_M, BLOCK_N, BLOCK_K, EVEN_K, UPCAST, PRECISION)
 
 
+@triton.jit
+def _tma_tile(a_desc, b_desc, c_desc, K, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+              BLOCK_K: tl.constexpr, B_NK: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+    off_m = pid_m * BLOCK_M
+    off_n = pid_n * BLOCK_N
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        a = a_desc.load([off_m, k * BLOCK_K])
+        if B_NK:  # b.T is the contiguous tensor (an nn.Linear weight): tiles come as [BLOCK_N, BLOCK_K]
+            b = b_desc.load([off_n, k * BLOCK_K]).T
+        else:
+            b = b_desc.load([k * BLOCK_K, off_n])
+        if UPCAST:
+            a = a.to(tl.float32)
+            b = b.to(tl.float32)
+        acc = tl.dot(a, b, acc, input_precision=PRECISION)
+    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+
+
+@triton.jit
+def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+                BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, B_NK: tl.constexpr, UPCAST: tl.constexpr,
+                PRECISION: tl.constexpr):
+    pid_m, pid_n = _grouped(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
+    _tma_tile(a_desc, b_desc, c_desc, K, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, B_NK, UPCAST, PRECISION)
+
+
+@triton.jit
+def _matmul_tma_persistent(a_desc, b_desc, c_desc, M, N, K, n_programs, BLOCK_M: tl.constexpr,
+                           BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
+                           B_NK: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                           FLATTEN: tl.constexpr):
+    n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
+    for tile_id in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=FLATTEN):
+        pid_m, pid_n = _grouped(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        _tma_tile(a_desc, b_desc, c_desc, K, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, B_NK, UPCAST, PRECISION)
+
+
 def _device_facts(device):
     """(SM count, shared memory bytes per block) of the device; interpreter stand-ins on CPU."""
     if device.type != "cuda":
         return _CPU_PROGRAMS, _DEFAULT_SMEM_BYTES
     props = torch.cuda.get_device_properties(device)
     return props.multi_processor_count, getattr(props, "shared_memory_per_block_optin", _DEFAULT_SMEM_BYTES)
+
+
+def _tma_ok(t):
+    """A tensor descriptor needs a contiguous last dim and 16-byte aligned base and row stride."""
+    return (t.dim() == 2 and t.stride(1) == 1 and t.data_ptr() % 16 == 0
+            and (t.stride(0) * t.element_size()) % 16 == 0 and min(t.shape) > 0)
+
+
+def _descriptors(a, b, c, bm, bn, bk):
+    """(a, b, c) tensor descriptors, b's over b.T when b is a transposed weight; None: no TMA here."""
+    if not (_tma_ok(a) and _tma_ok(c)):
+        return None
+    if _tma_ok(b):
+        b_desc = TensorDescriptor.from_tensor(b, [bk, bn])
+    elif _tma_ok(b.T):
+        b_desc = TensorDescriptor.from_tensor(b.T, [bn, bk])
+    else:
+        return None
+    return TensorDescriptor.from_tensor(a, [bm, bk]), b_desc, TensorDescriptor.from_tensor(c, [bm, bn])
 
 
 def _launch(a, b, c, cfg):
@@ -117,9 +181,11 @@ def _launch(a, b, c, cfg):
     # fits: halve BLOCK_K until one stage fits, then cut the stages (a 256x256x128 bf16 stage is
     # 128 KB, so 5 stages would fail to launch).
     elem = a.element_size()
+    # The tma variants stage the c tile in shared memory for its bulk store (128x256 bf16: 64 KB).
+    epilogue = bm * bn * c.element_size() if cfg["VARIANT"].startswith("tma") else 0
     while True:
         per_stage = (bm * bk + bk * bn) * elem
-        extra = bm * bk * elem if a.dtype == torch.float32 else 0
+        extra = (bm * bk * elem if a.dtype == torch.float32 else 0) + epilogue
         if per_stage + extra <= smem or bk <= 16:
             break
         bk //= 2
@@ -130,7 +196,21 @@ def _launch(a, b, c, cfg):
                 PRECISION=cfg["FP32_DOT"] if a.dtype == torch.float32 else "tf32",  # tf32: the default
                 num_stages=stages, num_warps=cfg["num_warps"])
     n_tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    if cfg["VARIANT"] == "persistent":
+    variant = cfg["VARIANT"]
+    if variant.startswith("tma"):
+        descs = _descriptors(a, b, c, bm, bn, bk)
+        if descs is not None:
+            tma_meta = {k: v for k, v in meta.items() if k != "EVEN_K"}
+            b_nk = descs[1].base is not b
+            if variant == "tma_persistent":
+                programs = min(n_sms, n_tiles)
+                _matmul_tma_persistent[(programs,)](*descs, M, N, K, programs, B_NK=b_nk, FLATTEN=cfg["FLATTEN"],
+                                                    **tma_meta)
+            else:
+                _matmul_tma[(n_tiles,)](*descs, M, N, K, B_NK=b_nk, **tma_meta)
+            return
+        variant = "persistent" if variant == "tma_persistent" else "tiled"
+    if variant == "persistent":
         programs = min(n_sms, n_tiles)
         _matmul_persistent[(programs,)](*args, programs, **meta)
     else:

@@ -24,7 +24,7 @@ def _settings(**kw) -> LoopSettings:
 
 
 @pytest.mark.timeout(300)
-@pytest.mark.xfail(strict=False, reason="failed in the full -n 2 suite under load; see closing note")
+@pytest.mark.xfail(strict=False, reason="a search point crashed once in the -n 2 suite; not reproduced alone")
 def test_two_ops_three_experiments_on_two_workers_sharing_a_device(tmp_path):
     run = tmp_path / "run"
     settings = _settings(budget=Budget(minutes=None, experiments=3), workers=2, gpu_indices=[0, 0])
@@ -41,7 +41,8 @@ def test_two_ops_three_experiments_on_two_workers_sharing_a_device(tmp_path):
     assert all(set(r["stages"].values()) == {"pass"} for r in records[:2])
     # every experiment is a new point of its op's SEARCH_SPACE, proposed by the search agent
     for r in records[2:]:
-        assert r["agent"] == "search" and r["config"] and r["status"] in ("kept", "reverted", "rejected")
+        assert r["agent"] == "search" and r["config"] and r["status"] in ("kept", "reverted", "rejected"), \
+            f"experiment {r['n']} {r['op_id']} {r['config']}: {r['status']}: {r.get('reason', '')[:2000]}"
     assert len({(r["op_id"], r["source_hash"]) for r in records}) == len(records)
     # files: kept versions, best, summary, tsv, settings, plot
     for r in records:

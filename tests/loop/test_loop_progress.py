@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 
+import pytest
+
 from autokernel_ci.loop.progress import Reporter, plot_progress, summary_markdown
 
 RECORD = {"n": 7, "op_id": "rmsnorm-0", "status": "kept", "idea": "BLOCK=2048 (descent)", "median_us": 35.1,
@@ -46,3 +48,16 @@ def test_progress_png(tmp_path):
                {"n": 3, "op_id": "b", "status": "rejected"}]
     plot_progress(records, tmp_path / "progress.png")
     assert (tmp_path / "progress.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+@pytest.mark.parametrize(("ops", "expected"), [
+    # the H200 run: RMSNorm 11.86x eager at 14.2% of the model, but 1.00x its starter
+    ([{"share": 0.142, "speedup_vs_eager": 11.86, "speedup_vs_starter": 1.0}], 1.0 / (1 - 0.142 * (1 - 1 / 11.86))),
+    # slower than eager: publish leaves it out, so it changes nothing
+    ([{"share": 0.4, "speedup_vs_eager": 0.9, "speedup_vs_starter": 1.2}], 1.0),
+    ([{"share": 0.2, "speedup_vs_eager": 2.0}, {"share": 0.1, "speedup_vs_eager": None}], 1.0 / 0.9),
+])
+def test_end_to_end_estimate_is_amdahl_over_speedups_vs_eager(ops, expected):
+    from autokernel_ci.loop.summary import end_to_end_estimate
+
+    assert end_to_end_estimate(ops) == pytest.approx(expected, abs=1e-4)

@@ -7,6 +7,7 @@ import json
 import pytest
 import torch
 from profiling_helpers import MODELS, cli
+from torch.autograd import DeviceType
 
 from autokernel_ci.plan import Plan
 from autokernel_ci.profiling import profiler
@@ -120,3 +121,22 @@ def test_profile_cli_writes_a_plan(tmp_path):
     plan = Plan.load(out)
     assert {o.dtype for o in plan.ops} == {"bf16"}
     assert render_plan(plan).splitlines()[0].startswith("model ")
+
+
+def _device_event(name: str, start_us: int, end_us: int, *, device: DeviceType, annotation: bool = False):
+    from torch.autograd.profiler_util import FunctionEvent
+
+    return FunctionEvent(id=0, name=name, thread=0, start_us=start_us, end_us=end_us, device_type=device,
+                         is_user_annotation=annotation)
+
+
+@pytest.mark.parametrize(("name", "device", "annotation", "expected_us"), [
+    ("ampere_bf16_gemm", DeviceType.CUDA, False, 40.0),         # a kernel: counted
+    ("Memcpy HtoD", DeviceType.CUDA, False, 40.0),              # a copy: counted
+    ("autokernel.module.3", DeviceType.CUDA, True, 0.0),        # our scope mirrored on the GPU: not work
+    ("aten::mm", DeviceType.CPU, False, 0.0),                   # host side: counted through its kernels
+])
+def test_device_time_counts_kernels_not_annotations(name, device, annotation, expected_us):
+    from autokernel_ci.profiling.profiler import device_work_us
+
+    assert device_work_us(_device_event(name, 10, 50, device=device, annotation=annotation)) == expected_us

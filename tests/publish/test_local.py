@@ -36,6 +36,9 @@ def test_local_branch_created_then_unchanged_and_worktree_untouched(tmp_path, mo
     assert {"autokernels/__init__.py", "autokernels/kernels/rmsnorm-0.py", "autokernels/tests/test_verify.py",
             "autokernels/results.json", "autokernels/report.html", "model.py"} <= set(files)
     assert git(model_repo, "show", f"{BRANCH}:model.py").startswith("import torch")  # committed, not the edit
+    # the PR text lies beside the publication, not in the commit, and names the kernel it brings
+    body = (model_repo / ".autokernel-ci" / "publication" / "pr_body.md").read_text()
+    assert "rmsnorm-0" in body and not any(f.endswith("pr_body.md") for f in files)
     again = publish([first], model_repo)  # the same results: byte-identical publication
     assert again.operation == "unchanged", again.message
     better = publish([_rd(tmp_path, "r2", {"rmsnorm-0": [1.6, 2.2]})], model_repo)

@@ -32,6 +32,7 @@ def test_partial_shard_contributes_what_it_finished(tmp_path):
     merged = merge_run_dirs([done, killed])
     shard = next(s for s in merged.shards if s.run_dir.endswith("killed"))
     assert not shard.complete and shard.torn_lines == 1
+    assert next(s for s in merged.shards if s.run_dir.endswith("done")).complete
     assert {k.op_id for k in improvements(merged, 1.0)} == {"rmsnorm-0", "softmax-0"}
 
 

@@ -17,7 +17,7 @@ from rundirs import make_run_dir, plan_op
 
 from autokernel_ci.publish.merge import improvements, merge_run_dirs
 from autokernel_ci.publish.repo_writer import stage
-from autokernel_ci.publish.report import Links, md_escape, render_markdown
+from autokernel_ci.publish.report import Links, code_name, display_model, md_escape, render_markdown
 
 HOSTILE = 'BLOCK={block} @everyone <img src=x onerror=alert(1)> [click](http://evil) | col'
 
@@ -114,6 +114,21 @@ def test_reports_escape_untrusted_text(publication):
     assert "https://ghe.example/octo/model/blob/autokernel/nightly/autokernels/report/roofline.png?raw=true" in body
     assert "1.21x" in body  # the end-to-end headline
     assert md_escape("a|b [x](y) <b>") == "a\\|b \\[x\\]\\(y\\) \\<b\\>"
+
+
+@pytest.mark.parametrize(("name", "shown"), [
+    ("rotary_embedding-0", "rotary_embedding-0"),                  # printed as is inside ``` blocks
+    ("x```\nrm -rf ~ #", "x____rm_-rf____"),                       # cannot close the block or add a line
+])
+def test_code_names_stay_inside_their_code_block(name, shown):
+    assert str(code_name(name)) == shown
+
+
+def test_model_paths_are_shown_relative_never_the_runners_absolute_path(tmp_path):
+    repo = tmp_path / "repo"
+    assert display_model(f"{repo}/models/net.py:build(size=1)", repo) == "models/net.py:build(size=1)"
+    assert display_model("models/net.py:build", repo) == "models/net.py:build"
+    assert display_model("/opt/runner/_work/x/y/net.py:build", repo) == "net.py:build"
 
 
 def test_plots_and_results_are_written(publication):
