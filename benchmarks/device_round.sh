@@ -11,8 +11,8 @@
 #          report.html, plots) come back as show_run.tar.gz (docs/examples/h200-llama/ holds them).
 #   perf:  search_agent_gpu.py on the other five types, then every starter (both backends) timed in
 #          bf16 at the LLaMA-7B shapes against eager and torch.compile.
-#   tune:  benchmarks/variants_gpu.py over benchmarks/variants/{matmul,flash_attention}.json, then the
-#          search agent on layernorm, reduce, matmul, flash_attention, fused_mlp.
+#   tune:  the search agent on layernorm, reduce, matmul, flash_attention, fused_mlp, then
+#          benchmarks/variants_gpu.py over benchmarks/variants/{matmul,flash_attention}.json.
 #   perf2: the Triton starters timed at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes.
 # Logs and JSON land in $OUT (packed into $OUT/round.tar.gz at the end); the last lines printed are a summary.
 set -uo pipefail
@@ -61,10 +61,10 @@ case "${1:-check}" in
     step 280 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --out "$out/bf16"
     ;;
   tune)
-    step 160 variants_matmul python3 benchmarks/variants_gpu.py matmul --out "$out/variants"
-    step 80 variants_flash python3 benchmarks/variants_gpu.py flash_attention --out "$out/variants"
-    step 280 search_agent2 python3 benchmarks/search_agent_gpu.py --minutes 0.6 \
+    step 230 search_agent2 python3 benchmarks/search_agent_gpu.py --minutes 0.5 \
       --types layernorm,reduce,matmul,flash_attention,fused_mlp --out "$out/search2"
+    step 110 variants_matmul python3 benchmarks/variants_gpu.py matmul --sets llama7b --out "$out/variants"
+    step 60 variants_flash python3 benchmarks/variants_gpu.py flash_attention --sets llama7b --out "$out/variants"
     ;;
   perf2)
     step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \

@@ -8,17 +8,21 @@ from __future__ import annotations
 
 from typing import Any
 
+# Bound eagerly (decide.py needs no torch): resolved lazily, the first import of the submodule
+# autokernel_ci.harness.decide set the package attribute `decide` to the module, and the next loop in
+# the same process called the module ("TypeError: 'module' object is not callable").
+from autokernel_ci.harness.decide import Decision as Decision
+from autokernel_ci.harness.decide import decide as decide
+
 _EXPORTS = {
     "verify": "autokernel_ci.harness.evaluator",
     "bench": "autokernel_ci.harness.evaluator",
     "Evaluator": "autokernel_ci.harness.evaluator",
     "BenchFailed": "autokernel_ci.harness.evaluator",
     "HarnessError": "autokernel_ci.harness.evaluator",
-    "decide": "autokernel_ci.harness.decide",
-    "Decision": "autokernel_ci.harness.decide",
 }
 
-__all__ = sorted(_EXPORTS)
+__all__ = sorted([*_EXPORTS, "decide", "Decision"])
 
 
 def __getattr__(name: str) -> Any:

@@ -3,16 +3,20 @@ tamper guard, fault classification, rendering. No worker process."""
 
 from __future__ import annotations
 
+import importlib
+
 import pytest
 import torch
 
-from autokernel_ci.harness import decide as decide_mod
 from autokernel_ci.harness import faults, guard, roofline, sandbox, timing
 from autokernel_ci.harness.decide import decide
 from autokernel_ci.harness.evaluator import fold_bench_checks
 from autokernel_ci.harness.results import BenchResult, ShapeBench, StageResult, Status, Timing, Verdict
 from autokernel_ci.render import render, render_bench, render_verdict
 from autokernel_ci.specs import get_spec
+
+# the module (its constants); `autokernel_ci.harness.decide` as an attribute is the function
+decide_mod = importlib.import_module("autokernel_ci.harness.decide")
 
 
 def test_scrubbed_env_keeps_toolchain_drops_secrets():
@@ -144,3 +148,16 @@ def test_roofline_reads_gpu_specs_not_a_local_table():
     shape = mm.model_shape()
     assert roofline.floor_us(mm, shape, torch.bfloat16) == pytest.approx(mm.flops(shape) / (h200.peak("bf16") * 1e6))
     assert roofline.floor_us(mm, shape, torch.float32) == pytest.approx(mm.flops(shape) / (h200.peak("tf32") * 1e6))
+
+
+def test_decide_stays_the_function_after_its_submodule_is_imported():
+    """Regression: the loop resolves "autokernel_ci.harness:decide" once per run; the second run in
+    a process used to get the submodule autokernel_ci.harness.decide and crash every keep/revert."""
+    import importlib
+
+    from autokernel_ci.loop.workers import import_ref
+
+    first = import_ref("autokernel_ci.harness:decide")
+    importlib.import_module("autokernel_ci.harness.decide")  # the submodule, as evaluator.py imports it
+    second = import_ref("autokernel_ci.harness:decide")
+    assert callable(first) and second is first and second.__name__ == "decide"
