@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from autokernel_ci.specs._tolerances import ROWWISE
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, elem_size, randn
+from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, Tolerance, elem_size, randn
 
 THETA = 10000.0
 
@@ -40,6 +40,14 @@ def _large(shape, dtype, device, gen):
     return _inputs(shape, dtype, device, gen, std=1000.0)
 
 
+# fp32 bound of the large_magnitude case. An output x1*cos - x2*sin of two products ~1000 that nearly
+# cancel carries the products' rounding, a few ulp(1000) = 6.1e-5, whatever its own size: PyTorch's
+# fp32 eager rotate-half measured max |err| 1.3e-4..4.3e-4 against the float64 reference (cpu and odd
+# shapes, seeds 0-2), failing ROWWISE's atol 1e-5. atol 1e-3 (2.3x margin) scales that by the input;
+# rel_l2 stays at ROWWISE's 1e-5 (eager: 3.7e-8), which still rejects bf16-precision compute (~4e-3).
+LARGE_MAGNITUDE_FP32 = Tolerance(atol=1e-3, rtol=1e-5, rel_l2=1e-5)
+
+
 def _bytes(shape: Shape, dtype: torch.dtype) -> float:
     b, h, s, d = (int(shape[n]) for n in ("B", "H", "S", "D"))
     return float(2 * b * h * s * d + s * d) * elem_size(dtype)  # x, out, cos and sin (S x D/2 each)
@@ -63,7 +71,7 @@ SPEC = KernelSpec(
     bytes_moved=_bytes,
     stress_cases=(
         StressCase("far_positions", "positions around 1e6 (long context)", _far_positions),
-        StressCase("large_magnitude", "x with std 1000", _large),
+        StressCase("large_magnitude", "x with std 1000", _large, tolerances={torch.float32: LARGE_MAGNITUDE_FP32}),
     ),
     noncontiguous_args=(0,),  # q from a [B,S,H,D] projection viewed as [B,H,S,D]
 )
