@@ -12,7 +12,7 @@
 #   perf:  search_agent_gpu.py on the other five types, then every starter (both backends) timed in
 #          bf16 at the LLaMA-7B shapes against eager and torch.compile.
 #   tune:  the search agent on layernorm, reduce, matmul, flash_attention, fused_mlp, then
-#          benchmarks/variants_gpu.py over benchmarks/variants/{matmul,flash_attention}.json.
+#          benchmarks/variants_gpu.py over benchmarks/variants/{matmul,flash_attention,fused_mlp}.json.
 #   perf2: the Triton starters timed at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes.
 # Logs and JSON land in $OUT (packed into $OUT/round.tar.gz at the end); the last lines printed are a summary.
 set -uo pipefail
@@ -65,6 +65,7 @@ case "${1:-check}" in
       --types layernorm,reduce,matmul,flash_attention,fused_mlp --out "$out/search2"
     step 110 variants_matmul python3 benchmarks/variants_gpu.py matmul --sets llama7b --out "$out/variants"
     step 60 variants_flash python3 benchmarks/variants_gpu.py flash_attention --sets llama7b --out "$out/variants"
+    step 60 variants_fused_mlp python3 benchmarks/variants_gpu.py fused_mlp --sets llama7b --out "$out/variants"
     ;;
   perf2)
     step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \

@@ -10,7 +10,7 @@ M/N/K edges are masked, so any shape works, including 1 x 1 x 1.
 "tma" and "tma_persistent" read the tiles through tensor descriptors (Hopper's bulk tensor copy:
 one instruction per tile instead of per-thread addresses, edges zero-filled by the hardware). They
 need 16-byte aligned bases and row strides and a contiguous last dimension (of b, or of b.T for an
-nn.Linear weight); when a layout does not allow it they fall back to the pointer variants.
+nn.Linear weight) and 16-bit inputs; otherwise they fall back to the pointer variants.
 """
 
 import torch
@@ -182,7 +182,7 @@ def _launch(a, b, c, cfg):
     # 128 KB, so 5 stages would fail to launch).
     elem = a.element_size()
     # The tma variants stage the c tile in shared memory for its bulk store (128x256 bf16: 64 KB).
-    epilogue = bm * bn * c.element_size() if cfg["VARIANT"].startswith("tma") else 0
+    epilogue = bm * bn * c.element_size() if cfg["VARIANT"].startswith("tma") and elem == 2 else 0
     while True:
         per_stage = (bm * bk + bk * bn) * elem
         extra = (bm * bk * elem if a.dtype == torch.float32 else 0) + epilogue
@@ -198,7 +198,9 @@ def _launch(a, b, c, cfg):
     n_tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     variant = cfg["VARIANT"]
     if variant.startswith("tma"):
-        descs = _descriptors(a, b, c, bm, bn, bk)
+        # fp32 keeps the pointer path: its tf32x3 a-copy plus a 128x256 fp32 c tile (128 KB) leave room
+        # for one pipeline stage, and only the 16-bit tensor-core path was measured on the H200.
+        descs = _descriptors(a, b, c, bm, bn, bk) if a.element_size() == 2 else None
         if descs is not None:
             tma_meta = {k: v for k, v in meta.items() if k != "EVEN_K"}
             b_nk = descs[1].base is not b
