@@ -19,7 +19,7 @@ from typing import Any
 from autokernel_ci import kernelfile
 from autokernel_ci.harness import sandbox
 from autokernel_ci.harness.devices import default_device
-from autokernel_ci.harness.protocol import Channel, ChannelClosed, ChannelTimeout
+from autokernel_ci.harness.protocol import PROGRESS_FILE, Channel, ChannelClosed, ChannelTimeout
 from autokernel_ci.harness.results import STAGES, BenchResult, CheckFailure, StageResult, Status, Verdict
 
 # torch + triton import and CUDA init: ~3-8 s warm, a minute on a cold file cache.
@@ -151,9 +151,12 @@ class Evaluator:
             self._channel.send(message)
             reply = self._channel.recv(timeout_s)
         except ChannelTimeout:
+            where = self._progress()
             self._kill_worker()
             raise _WorkerLost(Status.TIMEOUT, f"no result within {timeout_s:.0f} s: the worker's process group "
-                              "was killed (a hang or an infinite loop in the kernel?)") from None
+                              "was killed (a hang or an infinite loop in the kernel?)"
+                              + (f"; it was last at: {where} (raise --timeout if that is a long compile "
+                                 "sweep, not a hang)" if where else "")) from None
         except (ChannelClosed, BrokenPipeError, OSError):
             try:
                 code = self._proc.wait(timeout=10)
@@ -169,6 +172,14 @@ class Evaluator:
         if reply.get("dirty"):
             self._kill_worker()
         return reply
+
+    def _progress(self) -> str:
+        """Where the worker's verification was (its own report; one line, bounded): for timeout messages."""
+        try:
+            text = (self._dir / f"w{self.restarts}" / PROGRESS_FILE).read_text(errors="replace")
+        except OSError:
+            return ""
+        return " ".join(text.split())[:200]
 
     def _kill_worker(self) -> None:
         if self._proc is not None:

@@ -9,6 +9,9 @@ import select
 import time
 from typing import Any
 
+# The worker writes where its verification is (stage, shape, dtype) into this file of its work
+# directory, so a timeout can say whether the kernel hung or a long compile sweep ran out of time.
+PROGRESS_FILE = "progress.txt"
 MAX_MESSAGE_BYTES = 64 * 1024 * 1024  # a verdict or bench result is a few KB; this bounds a runaway
 
 

@@ -101,6 +101,7 @@ class VerifyRun:
     extra_shapes: Sequence[dict] = ()
     dtypes: Sequence[torch.dtype | str] | None = None
     seed_source: Callable[[], int] | None = None
+    progress: Callable[[str], None] | None = None  # told the stage, shape and dtype as they change
     fail_fast: bool = True  # later stages are NOT_RUN after a failure (the loop wants speed)
     results: dict[str, StageResult] = field(default_factory=dict)
     hardening: dict[str, str] = field(default_factory=dict)
@@ -148,6 +149,8 @@ class VerifyRun:
             return result
         t0 = _perf_counter()
         counter = [0]
+        self._stage_name = name
+        self._report(f"stage {name}")
         try:
             getattr(self, f"_stage_{name}")(counter)
             result = StageResult(name, Status.PASS, cases=counter[0])
@@ -211,7 +214,14 @@ class VerifyRun:
             return self.spec.output_dtype
         return next(t.dtype for _, t in calls.tensors(inputs))
 
+    def _report(self, where: str) -> None:
+        if self.progress is not None and where != getattr(self, "_last_report", None):
+            self._last_report = where
+            self.progress(where)
+
     def _call(self, inputs: Sequence[Any], shape: dict, dtype: torch.dtype, poison: float | None = calls.POISON_NAN):
+        self._report(f"stage {getattr(self, '_stage_name', '?')}, shape {self.spec.describe_shape(shape)}, "
+                     f"{str(dtype).removeprefix('torch.')}")
         result = _guarded_call(self.candidate.fn, inputs, allowed_aten=self.spec.allowed_aten,
                                arg_names=self.spec.arg_names, poison=poison)
         if result.failure is not None:

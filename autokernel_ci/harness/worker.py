@@ -109,12 +109,15 @@ def main(argv: list[str] | None = None) -> int:
 
 def _verify(candidate, msg: dict, device: str, workdir: Path) -> dict:
     """In its own frame, so the run (which holds the seed) is garbage once the reply is built."""
+    from autokernel_ci.harness.protocol import PROGRESS_FILE
     from autokernel_ci.harness.stages import VerifyRun
 
     seed = int(msg.pop("seed"))
+    progress_path = workdir / PROGRESS_FILE
+    progress_path.write_text("starting the verification")
     run = VerifyRun(candidate, device=device, shape_sets=msg.get("shape_sets"),
                     extra_shapes=msg.get("extra_shapes") or (), dtypes=msg.get("dtypes"),
-                    seed_source=lambda: seed)
+                    seed_source=lambda: seed, progress=progress_path.write_text)
     _run_pytest(run, workdir)
     for name in ("last_type", "last_value", "last_traceback"):  # pytest leaves failing frames here
         if hasattr(sys, name):

@@ -48,6 +48,8 @@ def test_secrets_hidden_and_hang_times_out(monkeypatch):
         assert verdict.passed, verdict.reason  # it raises if it sees any secret-looking variable
         hung = ev.verify_source(source(EXPLOITS / "fault_hangs.py"), dtypes=["float32"])
         assert hung.status is Status.TIMEOUT and "killed" in hung.reason
+        # the message says where the verification was: the first call of the smoke stage, in fp32
+        assert "it was last at: stage smoke, shape " in hung.reason and "float32" in hung.reason, hung.reason
         pid_after_hang = ev.worker_pid
         assert pid_after_hang is None  # the whole group was killed
         again = ev.verify_source(env_reader, dtypes=["float32"])
