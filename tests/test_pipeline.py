@@ -11,7 +11,15 @@ from pathlib import Path
 import pytest
 
 from autokernel_ci.config import Config, ConfigError
-from autokernel_ci.pipeline import EXAMPLES, _anchor, example_file, example_refs, run_main, run_pipeline
+from autokernel_ci.pipeline import (
+    EXAMPLES,
+    _anchor,
+    example_file,
+    example_refs,
+    publishable_kernels,
+    run_main,
+    run_pipeline,
+)
 
 
 @pytest.mark.parametrize("name", sorted(EXAMPLES))
@@ -33,6 +41,21 @@ def test_unknown_example_and_missing_model_are_named(tmp_path):
 def test_config_paths_are_relative_to_the_repository(tmp_path):
     assert _anchor("models/m.py:build(size='x')", tmp_path) == f"{tmp_path.as_posix()}/models/m.py:build(size='x')"
     assert _anchor("/abs/m.py:f", tmp_path) == "/abs/m.py:f"
+
+
+def test_end_to_end_plugs_in_only_what_publish_publishes(tmp_path):
+    (tmp_path / "best").mkdir()
+    for op in ("rmsnorm-0", "matmul-0", "softmax-0"):
+        (tmp_path / "best" / f"{op}.py").write_text("# kernel\n")
+    summary = {"ops": {
+        "rmsnorm-0": {"best_file": "best/rmsnorm-0.py", "speedup_vs_eager": 11.9},
+        "matmul-0": {"best_file": "best/matmul-0.py", "speedup_vs_eager": 0.9},   # kept starter, slower than cuBLAS
+        "softmax-0": {"best_file": "best/softmax-0.py", "speedup_vs_eager": 1.02},
+        "rotary-0": {"best_file": "best/missing.py", "speedup_vs_eager": 7.0},    # file gone: not plugged in
+        "reduce-0": {"best_file": None, "speedup_vs_eager": None},               # failed op
+    }}
+    assert set(publishable_kernels(summary, tmp_path, 1.0)) == {"rmsnorm-0", "softmax-0"}
+    assert set(publishable_kernels(summary, tmp_path, 1.05)) == {"rmsnorm-0"}  # the config's min_speedup
 
 
 def test_run_main_reports_a_config_error_as_usage(tmp_path, capsys):
