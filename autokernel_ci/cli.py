@@ -117,7 +117,7 @@ def add_loop_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
                    help="comma-separated shape sets for the shape sweep (default: the harness's for the device)")
     p.add_argument("--timeout", type=_number(float, "--timeout", 0, "300", exclusive=True), default=300.0,
                    metavar="S", help="seconds one evaluation may take (default 300)")
-    p.add_argument("--quiet", action="store_true", help="no per-experiment lines")
+    p.add_argument("--quiet", action="store_true", help="no per-experiment lines (the summary table is still printed)")
 
 
 def build_parser() -> argparse.ArgumentParser:

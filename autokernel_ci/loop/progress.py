@@ -129,7 +129,8 @@ class Reporter:
 
     def finish(self, summary: dict[str, Any]) -> None:
         markdown = summary_markdown(summary)
-        self._print(markdown)
+        # printed even when quiet: --quiet drops the per-experiment lines, not the result
+        print(markdown, file=self.stream, flush=True)
         target = self.env.get("GITHUB_STEP_SUMMARY")
         if self.actions and target:
             with open(target, "a") as fh:

@@ -61,3 +61,12 @@ def test_end_to_end_estimate_is_amdahl_over_speedups_vs_eager(ops, expected):
     from autokernel_ci.loop.summary import end_to_end_estimate
 
     assert end_to_end_estimate(ops) == pytest.approx(expected, abs=1e-4)
+
+
+def test_quiet_drops_experiment_lines_but_not_the_summary():
+    out = io.StringIO()
+    reporter = Reporter(None, stream=out, env={}, quiet=True)
+    reporter.experiment(RECORD)
+    assert out.getvalue() == ""
+    reporter.finish(SUMMARY)
+    assert "| op | type |" in out.getvalue()
