@@ -13,6 +13,7 @@
 #          bf16 at the LLaMA-7B shapes against eager and torch.compile.
 #   tune:  the search agent on layernorm, reduce, matmul, flash_attention, fused_mlp, then
 #          benchmarks/variants_gpu.py over benchmarks/variants/{matmul,flash_attention,fused_mlp}.json.
+#   second: the search agent at fp16 on the GPT-2 shapes (issue #7: not tuned to one shape set).
 #   perf2: the Triton starters timed at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes.
 # Logs and JSON land in $OUT (packed into $OUT/round.tar.gz at the end); the last lines printed are a summary.
 set -uo pipefail
@@ -66,6 +67,10 @@ case "${1:-check}" in
     step 110 variants_matmul python3 benchmarks/variants_gpu.py matmul --sets llama7b --out "$out/variants"
     step 60 variants_flash python3 benchmarks/variants_gpu.py flash_attention --sets llama7b --out "$out/variants"
     step 60 variants_fused_mlp python3 benchmarks/variants_gpu.py fused_mlp --sets llama7b --out "$out/variants"
+    ;;
+  second)  # the search agent at fp16 on the GPT-2 shapes, so a win is not tuned to one shape or dtype
+    step 540 search_gpt2_fp16 python3 benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 1 \
+      --out "$out/search_gpt2_fp16"
     ;;
   perf2)
     step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \

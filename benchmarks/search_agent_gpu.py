@@ -1,12 +1,14 @@
 """Does the built-in search agent find real speedups on a GPU? (run by hand on the H200; not a test)
 
-For each kernel type: a plan with that one op at its llama7b shapes (--dtype, bf16 by default), the
+For each kernel type: a plan with that one op at its --shape-set shapes (llama7b by default; gpt2 is
+the second set) in --dtype (bf16 by default), the
 real loop (`autokernel_ci.loop.optimize`, search agent, real harness) for --minutes of budget, then a
 table: eager, torch.compile, starter, best found, % of ceiling, speedups, experiments used and
 experiments per hour. Writes search_agent.json and search_agent.md (and one run dir per type) to --out.
 
     python benchmarks/search_agent_gpu.py --minutes 2 --out /tmp/search
     python benchmarks/search_agent_gpu.py --types rmsnorm,softmax --minutes 1 --out /tmp/search
+    python benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 2 --out /tmp/search_gpt2
 """
 
 from __future__ import annotations
@@ -30,9 +32,11 @@ COLUMNS = ("type", "shapes", "eager_us", "compile_us", "starter_us", "best_us", 
            "vs_eager", "vs_compile", "experiments", "kept", "exp_per_hour", "stopped")
 
 
-def one_op_plan(kind: str, dtype: str) -> Plan:
+def one_op_plan(kind: str, dtype: str, shape_set: str = "llama7b") -> Plan:
     spec = get_spec(kind)
-    shapes = [dict(s) for s in spec.shape_sets["llama7b"]]
+    if shape_set not in spec.shape_sets:
+        raise ValueError(f"{kind} has no shape set {shape_set!r}: choose one of {sorted(spec.shape_sets)}")
+    shapes = [dict(s) for s in spec.shape_sets[shape_set]]
     op = PlanOp(id=f"{kind}-0", kernel_type=kind, name=kind, shapes=shapes, dtype=dtype, calls=1, time_us=1.0,
                 share=1.0, bound="compute" if spec.primary_metric == "TFLOP/s" else "memory", floor_us=None,
                 amdahl_gain=2.0)
@@ -51,13 +55,14 @@ def row(kind: str, summary: dict[str, Any]) -> dict[str, Any]:
             "stopped": summary.get("stopped"), "status": op.get("status"), "idea": op.get("idea")}
 
 
-def markdown(rows: list[dict[str, Any]], gpu: str, minutes: float) -> str:
+def markdown(rows: list[dict[str, Any]], gpu: str, minutes: float, dtype: str = "bf16",
+             shape_set: str = "llama7b") -> str:
     def cell(v: Any) -> str:
         if isinstance(v, float):
             return f"{v:.2f}"
         return "–" if v is None else str(v)
 
-    lines = [f"# Search agent on {gpu}: {minutes:g} min per kernel type", "",
+    lines = [f"# Search agent on {gpu}: {minutes:g} min per kernel type, {dtype}, {shape_set} shapes", "",
              "| " + " | ".join(COLUMNS) + " |", "|" + "---|" * len(COLUMNS)]
     lines += ["| " + " | ".join(cell(r[c]) for c in COLUMNS) + " |" for r in rows]
     return "\n".join(lines) + "\n"
@@ -65,8 +70,8 @@ def markdown(rows: list[dict[str, Any]], gpu: str, minutes: float) -> str:
 
 def write_tables(out: Path, rows: list[dict[str, Any]], gpu: str, args: argparse.Namespace) -> str:
     (out / "search_agent.json").write_text(json.dumps({"gpu": gpu, "minutes": args.minutes, "dtype": args.dtype,
-                                                       "rows": rows}, indent=2) + "\n")
-    text = markdown(rows, gpu, args.minutes)
+                                                       "shape_set": args.shape_set, "rows": rows}, indent=2) + "\n")
+    text = markdown(rows, gpu, args.minutes, args.dtype, args.shape_set)
     (out / "search_agent.md").write_text(text)
     return text
 
@@ -77,6 +82,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--minutes", type=float, default=1.0, help="loop budget per type (baselines included)")
     ap.add_argument("--max-experiments", type=int, default=None)
     ap.add_argument("--dtype", default="bf16")
+    ap.add_argument("--shape-set", default="llama7b", help="the spec's shape set to optimise at (e.g. gpt2)")
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
@@ -96,7 +102,7 @@ def main(argv: list[str] | None = None) -> int:
                                 budget=Budget(minutes=args.minutes, experiments=args.max_experiments))
         t0 = time.time()
         try:
-            summary = optimize(one_op_plan(kind, args.dtype), run, settings)
+            summary = optimize(one_op_plan(kind, args.dtype, args.shape_set), run, settings)
         except Exception as exc:  # noqa: BLE001 - one type's failure must not hide the others
             print(f"{kind}: loop failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             rows.append({**{c: None for c in COLUMNS}, "type": kind, "stopped": f"error: {exc}"})
