@@ -108,6 +108,8 @@ class VerifyRun:
     dirty: bool = False  # the process must not run another candidate (tampering, CUDA error)
     _seed: int | None = None
     _started: float = field(default_factory=time.perf_counter)
+    _stage_name: str = "?"  # the stage running now, for progress reports
+    _last_report: str | None = None
 
     def __post_init__(self) -> None:
         self.spec: KernelSpec = get_spec(self.candidate.kernel.kernel_type)
@@ -215,13 +217,14 @@ class VerifyRun:
         return next(t.dtype for _, t in calls.tensors(inputs))
 
     def _report(self, where: str) -> None:
-        if self.progress is not None and where != getattr(self, "_last_report", None):
+        if self.progress is not None and where != self._last_report:
             self._last_report = where
             self.progress(where)
 
     def _call(self, inputs: Sequence[Any], shape: dict, dtype: torch.dtype, poison: float | None = calls.POISON_NAN):
-        self._report(f"stage {getattr(self, '_stage_name', '?')}, shape {self.spec.describe_shape(shape)}, "
-                     f"{str(dtype).removeprefix('torch.')}")
+        if self.progress is not None:  # the string is built only when someone listens
+            self._report(f"stage {self._stage_name}, shape {self.spec.describe_shape(shape)}, "
+                         f"{str(dtype).removeprefix('torch.')}")
         result = _guarded_call(self.candidate.fn, inputs, allowed_aten=self.spec.allowed_aten,
                                arg_names=self.spec.arg_names, poison=poison)
         if result.failure is not None:
