@@ -20,7 +20,7 @@ HANDLERS: dict[str, str] = {
     "verify": "autokernel_ci.harness.commands:verify_main",
     "bench": "autokernel_ci.harness.commands:bench_main",
     "optimize": "autokernel_ci.loop.commands:optimize_main",
-    "run": "autokernel_ci.loop.commands:run_main",  # pipeline.run_main plus the loop tuning options
+    "run": "autokernel_ci.pipeline:run_main",
     "publish": "autokernel_ci.publish.commands:publish_main",
     "action": "autokernel_ci.action:action_main",
     "gpu": "autokernel_ci.hardware.commands:gpu_main",

@@ -170,7 +170,8 @@ def overrides_from_args(args: argparse.Namespace) -> dict[str, Any]:
     return {n: getattr(args, n, None) for n in names if getattr(args, n, None) is not None}
 
 
-def run_main(args: argparse.Namespace, loop_options: dict[str, Any] | None = None) -> int:
+def run_main(args: argparse.Namespace) -> int:
+    from autokernel_ci.loop.commands import loop_options, run_flag_problem
     from autokernel_ci.publish.commands import render_result, target_from_env
     from autokernel_ci.publish.publisher import PublishError, preview, publish
 
@@ -179,9 +180,14 @@ def run_main(args: argparse.Namespace, loop_options: dict[str, Any] | None = Non
                                                       and not getattr(args, "local", False))
     try:
         config = load_config(getattr(args, "config", None), overrides_from_args(args), repo=repo)
+        options = loop_options(args)
+        problem = run_flag_problem(args, config)
+        if problem:
+            print(f"autokernel-ci run: stopped before profiling: {problem}", file=sys.stderr)
+            return EXIT_USAGE
         result = run_pipeline(config, repo=repo, resume=bool(getattr(args, "resume", False)),
-                              loop_options=loop_options)
-    except (ConfigError, PipelineError) as exc:
+                              loop_options=options)
+    except (ConfigError, PipelineError, ValueError) as exc:
         print(f"autokernel-ci run: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if result.note:

@@ -3,8 +3,8 @@ run the loop, print the summary table.
 
 The loop tuning options (--workers, --seed, --patience, --verify-shapes, --timeout, --quiet) are
 declared by `autokernel_ci.cli.add_loop_arguments` (re-exported here) on both `optimize` and `run`,
-so `--help` stays free of torch; `settings_from_args` turns them into LoopSettings, and `run_main`
-hands them to the LoopSettings that `pipeline.run_pipeline` builds. `python -m autokernel_ci.loop.commands`
+so `--help` stays free of torch; `settings_from_args` turns them into LoopSettings for `optimize`,
+and `pipeline.run_main` passes `loop_options(args)` to `run_pipeline` for `run`. `python -m autokernel_ci.loop.commands`
 is `autokernel-ci optimize`.
 """
 
@@ -14,7 +14,6 @@ import argparse
 import logging
 import sys
 from collections.abc import Sequence
-from pathlib import Path
 from typing import Any
 
 from autokernel_ci.cli import add_loop_arguments as add_loop_arguments
@@ -122,33 +121,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 # -- autokernel-ci run -------------------------------------------------------------------------------
-def run_main(args: argparse.Namespace) -> int:
-    """`autokernel-ci run`: check the flags that would otherwise waste a profile (or be ignored),
-    then pipeline.run_main with the loop tuning options reaching the loop."""
-    from autokernel_ci import pipeline
-    from autokernel_ci.config import ConfigError, load_config
-
-    try:
-        options = loop_options(args)
-    except ValueError as exc:
-        print(f"autokernel-ci run: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    repo = Path(getattr(args, "repo", None) or ".").resolve()
-    try:
-        config = load_config(getattr(args, "config", None), pipeline.overrides_from_args(args), repo=repo)
-    except ConfigError:
-        config = None  # pipeline.run_main reports it
-    if config is not None:
-        problem = (llm_model_unused(config.agent, getattr(args, "llm_model", None))
-                   or empty_budget(config.budget_minutes, config.max_experiments, config.max_usd,
-                                   where=" (command line or config file)"))
-        if getattr(args, "resume", False) and not config.run_dir:
-            problem = problem or ("--resume continues an earlier run: pass its directory with --run-dir DIR "
-                                  "(e.g. --run-dir .autokernel-ci/runs/<time>)")
-        if problem:
-            print(f"autokernel-ci run: stopped before profiling: {problem}", file=sys.stderr)
-            return EXIT_USAGE
-    return pipeline.run_main(args, loop_options=options)
+def run_flag_problem(args: argparse.Namespace, config: Any) -> str | None:
+    """What in `autokernel-ci run`'s flags and config would waste a profile or be ignored, or None
+    (pipeline.run_main asks before profiling)."""
+    problem = (llm_model_unused(config.agent, getattr(args, "llm_model", None))
+               or empty_budget(config.budget_minutes, config.max_experiments, config.max_usd,
+                               where=" (command line or config file)"))
+    if not problem and getattr(args, "resume", False) and not config.run_dir:
+        problem = ("--resume continues an earlier run: pass its directory with --run-dir DIR "
+                   "(e.g. --run-dir .autokernel-ci/runs/<time>)")
+    return problem
 
 
 def main(argv: Sequence[str] | None = None) -> int:
