@@ -53,6 +53,7 @@ class Evaluator:
         self.gpu_index = gpu_index
         self._dir = Path(tempfile.mkdtemp(prefix="autokernel-worker-"))
         self._proc = None
+        self._workdir: Path | None = None  # the current worker's work directory
         self._channel: Channel | None = None
         self._next_id = 0
         self._count = 0
@@ -95,7 +96,7 @@ class Evaluator:
         self._started = True
         to_child_r, to_child_w = os.pipe()
         from_child_r, from_child_w = os.pipe()
-        workdir = self._dir / f"w{self.restarts}"
+        workdir = self._workdir = self._dir / f"w{self.restarts}"
         workdir.mkdir(parents=True, exist_ok=True)
         self._log = self._dir / f"worker{self.restarts}.log"
         argv = ["-m", "autokernel_ci.harness.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
@@ -175,8 +176,10 @@ class Evaluator:
 
     def _progress(self) -> str:
         """Where the worker's verification was (its own report; one line, bounded): for timeout messages."""
+        if self._workdir is None:
+            return ""
         try:
-            text = (self._dir / f"w{self.restarts}" / PROGRESS_FILE).read_text(errors="replace")
+            text = (self._workdir / PROGRESS_FILE).read_text(errors="replace")
         except OSError:
             return ""
         return " ".join(text.split())[:200]
