@@ -472,6 +472,34 @@ def kernel_args(args: Iterable[Any], device_index: int) -> list[Any]:
     return out
 
 
+# A launch may ask for up to 48 KiB of dynamic shared memory as is; more needs a per-kernel opt-in
+# (Hopper allows 227 KiB a block: a 4-stage 128x128x64 bf16 GEMM pipeline needs 128 KiB).
+STATIC_SHARED_LIMIT = 48 * 1024
+_SHARED_OPT_IN: dict[tuple[int, str, str], int] = {}
+
+
+def _allow_shared(kernel: Kernel, handle: Any, nbytes: int, dev: int) -> None:
+    """Raise the kernel's dynamic shared-memory limit to nbytes on device dev (once per size)."""
+    key = (dev, kernel.module.key, kernel.name)
+    if _SHARED_OPT_IN.get(key, 0) >= nbytes:
+        return
+    from cuda.bindings import driver
+
+    limit = torch.cuda.get_device_properties(dev).shared_memory_per_block_optin
+    if nbytes > limit:
+        raise LaunchError(f"kernel {kernel.name} asks for {nbytes} bytes of shared memory, device {dev} allows "
+                          f"{limit} a block: use smaller tiles or fewer pipeline stages")
+    attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
+    raw = getattr(handle, "handle", handle)
+    if isinstance(raw, driver.CUkernel):  # cuLibrary-loaded code (cuda.core's ObjectCode)
+        (err,) = driver.cuKernelSetAttribute(attr, nbytes, raw, driver.CUdevice(dev))
+    else:
+        (err,) = driver.cuFuncSetAttribute(raw, attr, nbytes)
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise LaunchError(f"could not allow {nbytes} bytes of dynamic shared memory for {kernel.name}: {err}")
+    _SHARED_OPT_IN[key] = nbytes
+
+
 def _launch_takes_stream_first(core: Any) -> bool:
     version = getattr(core, "__version__", None) or _core_version()
     nums = [int(p) for p in re.findall(r"\d+", version)[:2]] or [0, 0]
@@ -497,6 +525,8 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         raise LaunchError(f"kernel {kernel.name} was built for {kernel.module.arch}, device {dev} is "
                           f"{device_arch(dev)}: build with arch=None")
     handle = kernel.module.kernel(kernel.name).handle  # per-device handle (loaded once per device)
+    if shared_mem > STATIC_SHARED_LIMIT:
+        _allow_shared(kernel, handle, int(shared_mem), dev)
     values = kernel_args(args, dev)
     stream = _stream(dev)
     grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")

@@ -90,7 +90,14 @@ def _import(path: Path):
 
 
 def _short(exc: BaseException) -> str:
-    return f"{type(exc).__name__}: {str(exc).strip().splitlines()[0] if str(exc).strip() else ''}"[:300]
+    """One line: the first line of the message, and for Triton's CompilationError (whose first line is
+    only "at L:C:") the chained cause, which says what the compiler refused."""
+    first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+    cause = exc.__cause__
+    why = ""
+    if cause is not None and str(cause).strip():
+        why = f" (cause: {type(cause).__name__}: {str(cause).strip().splitlines()[-1][:200]})"
+    return f"{type(exc).__name__}: {first}{why}"[:400]
 
 
 def check_correctness(module, kernel_type: str, sets: list[str], dtypes: list[torch.dtype], seed: int,

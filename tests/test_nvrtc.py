@@ -240,3 +240,34 @@ def test_launch_on_torch_tensors(dtype, name, n):
     nvrtc.launch(kernel, grid=((n + 255) // 256,), block=(256,), args=(y, x, nvrtc.i32(n)))
     torch.cuda.synchronize()
     torch.testing.assert_close(y, (x.float() * 3).to(dtype))
+
+
+BIG_SHARED = r"""
+extern "C" __global__ void reverse_through_shared(float* out, const float* in, int n) {
+    extern __shared__ float buf[];  // n floats: more than the 48 KiB a launch gets without opting in
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = in[i];
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = buf[n - 1 - i];
+}
+"""
+
+
+@needs_gpu
+@pytest.mark.parametrize("kib", [16, 100, 200])
+def test_launch_with_more_than_48_kib_of_dynamic_shared_memory(kib):
+    n = kib * 1024 // 4
+    x = torch.randn(n, device="cuda")
+    y = torch.full_like(x, float("nan"))
+    kernel = nvrtc.compile_kernel(BIG_SHARED, "reverse_through_shared")
+    nvrtc.launch(kernel, grid=(1,), block=(256,), args=(y, x, nvrtc.i32(n)), shared_mem=n * 4)
+    torch.cuda.synchronize()
+    torch.testing.assert_close(y, x.flip(0))
+
+
+@needs_gpu
+def test_shared_memory_beyond_the_device_limit_is_refused_with_the_limit():
+    kernel = nvrtc.compile_kernel(BIG_SHARED, "reverse_through_shared")
+    x = torch.zeros(4, device="cuda")
+    too_much = torch.cuda.get_device_properties(0).shared_memory_per_block_optin + 1024
+    with pytest.raises(nvrtc.LaunchError, match="allows"):
+        nvrtc.launch(kernel, grid=(1,), block=(32,), args=(x, x, nvrtc.i32(4)), shared_mem=too_much)

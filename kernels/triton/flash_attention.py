@@ -7,6 +7,14 @@ reaches memory. Causal: key blocks wholly right of the diagonal are never visite
 FLOPs); blocks wholly left of it run without masks and only the diagonal and ragged end blocks
 are masked. K/V head = head // (H / Hkv) (GQA). Any S (1, 333, ...) and D in 16..128 (D=96 is
 padded to a 128-wide tile and masked); any strides.
+
+VARIANT "tma" reads q/k/v and writes o through tensor descriptors (Hopper's bulk tensor copies: one
+instruction per tile, rows past S or D zero-filled by the copy engine): over [B*H*S, D] rows when
+the tensors are contiguous and S is a multiple of both blocks, else over the 4-d [B, H, S, D] view.
+It needs 16-bit inputs, a contiguous last dimension and 16-byte aligned rows; otherwise the pointer
+variant runs. Default "tma", 128x128 blocks, heavy causal blocks first, on the H200 at
+2x32x4096x128 bf16 (benchmarks/variants_gpu.py): 583 us causal (472 TFLOP/s), 1,054 us not causal,
+608 us GQA 32/8, against 681 / 1,232 / 698 us for "pointer" 128x64: 0.85-0.90x SDPA, up from 0.72-0.77x.
 """
 
 import math
@@ -14,11 +22,14 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "flash_attention"
 BACKEND = "triton"
-CONFIG = {"BLOCK_M": 128, "BLOCK_N": 64, "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3", "REVERSE": False}
+CONFIG = {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 128, "num_stages": 3, "num_warps": 8,
+          "FP32_DOT": "tf32x3", "REVERSE": True}
 SEARCH_SPACE = {
+    "VARIANT": ["pointer", "tma"],
     "REVERSE": [False, True],
     "BLOCK_M": [32, 64, 128],
     "BLOCK_N": [16, 32, 64, 128],
@@ -38,18 +49,9 @@ _DEFAULT_SMEM_BYTES = 232448
 
 
 @triton.jit
-def _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, S, s_ks, s_vs, qk_scale,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
-    cols = start_n + offs_n
-    if MASKED:
-        k = tl.load(k_ptrs + cols[:, None].to(tl.int64) * s_ks, mask=(cols[:, None] < S) & d_mask[None, :], other=0.0)
-        v = tl.load(v_ptrs + cols[:, None].to(tl.int64) * s_vs, mask=(cols[:, None] < S) & d_mask[None, :], other=0.0)
-    else:
-        k = tl.load(k_ptrs + cols[:, None].to(tl.int64) * s_ks, mask=d_mask[None, :], other=0.0)
-        v = tl.load(v_ptrs + cols[:, None].to(tl.int64) * s_vs, mask=d_mask[None, :], other=0.0)
-    if UPCAST:  # Triton 3.6's CPU interpreter multiplies bf16 tiles as raw integers
-        k = k.to(tl.float32)
-        v = v.to(tl.float32)
+def _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASKED: tl.constexpr,
+                         CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+    """Fold one key block (k, v: [BLOCK_N, BLOCK_D]) into the running max m_i, sum l_i and output acc."""
     qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
     if MASKED:
         keep = cols[None, :] < S
@@ -64,6 +66,36 @@ def _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_m
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
     return acc, m_new, l_i
+
+
+@triton.jit
+def _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, S, s_ks, s_vs, qk_scale,
+                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+    cols = start_n + offs_n
+    if MASKED:
+        k = tl.load(k_ptrs + cols[:, None].to(tl.int64) * s_ks, mask=(cols[:, None] < S) & d_mask[None, :], other=0.0)
+        v = tl.load(v_ptrs + cols[:, None].to(tl.int64) * s_vs, mask=(cols[:, None] < S) & d_mask[None, :], other=0.0)
+    else:
+        k = tl.load(k_ptrs + cols[:, None].to(tl.int64) * s_ks, mask=d_mask[None, :], other=0.0)
+        v = tl.load(v_ptrs + cols[:, None].to(tl.int64) * s_vs, mask=d_mask[None, :], other=0.0)
+    if UPCAST:  # Triton 3.6's CPU interpreter multiplies bf16 tiles as raw integers
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASKED, CAUSAL, PRECISION)
+
+
+@triton.jit
+def _key_range(start_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr):
+    """(end of the unmasked key blocks, end of all key blocks) for query block start_m."""
+    if CAUSAL:
+        # Key blocks wholly left of this query block's first row need no mask; the diagonal
+        # block(s) do; key blocks right of the last row are skipped.
+        lo_masked = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
+        hi = tl.minimum((start_m + 1) * BLOCK_M, S)
+    else:
+        lo_masked = S // BLOCK_N * BLOCK_N
+        hi = S
+    return lo_masked, hi
 
 
 @triton.jit
@@ -94,14 +126,7 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, S, H, GROUP,
     m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
     l_i = tl.zeros((BLOCK_M,), tl.float32)
     acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
-    if CAUSAL:
-        # Key blocks wholly left of this query block's first row need no mask; the diagonal
-        # block(s) do; key blocks right of the last row are skipped.
-        lo_masked = (start_m * BLOCK_M) // BLOCK_N * BLOCK_N
-        hi = tl.minimum((start_m + 1) * BLOCK_M, S)
-    else:
-        lo_masked = S // BLOCK_N * BLOCK_N
-        hi = S
+    lo_masked, hi = _key_range(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
     for start_n in range(0, lo_masked, BLOCK_N):
         acc, m_i, l_i = _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, S,
                                       s_ks, s_vs, qk_scale, False, CAUSAL, UPCAST, PRECISION)
@@ -113,10 +138,83 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, S, H, GROUP,
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
 
 
+@triton.jit
+def _tma_tile(desc, b, h, row, flat_row0, ROWS: tl.constexpr, BLOCK_D: tl.constexpr, FLAT: tl.constexpr):
+    """[ROWS, BLOCK_D] rows row.. of head (b, h): from flat [B*H*S, D] rows at flat_row0 + row, or the 4-d view."""
+    # Both branches assign and one return follows: Triton compiles the code after an early return
+    # even when a constexpr condition took it.
+    if FLAT:
+        tile = desc.load([flat_row0 + row, 0])
+    else:
+        tile = desc.load([b, h, row, 0]).reshape(ROWS, BLOCK_D)
+    return tile
+
+
+@triton.jit
+def _tma_step(acc, m_i, l_i, q, k_desc, v_desc, b, hk, start_n, kv_row0, offs_n, offs_m, S, qk_scale,
+              BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+              UPCAST: tl.constexpr, FLAT: tl.constexpr):
+    k = _tma_tile(k_desc, b, hk, start_n, kv_row0, BLOCK_N, BLOCK_D, FLAT)
+    v = _tma_tile(v_desc, b, hk, start_n, kv_row0, BLOCK_N, BLOCK_D, FLAT)
+    if UPCAST:
+        k = k.to(tl.float32)
+        v = v.to(tl.float32)
+    return _online_softmax_step(acc, m_i, l_i, q, k, v, start_n + offs_n, offs_m, S, qk_scale, MASKED, CAUSAL,
+                                "tf32")
+
+
+@triton.jit
+def _attn_fwd_tma(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP,
+                  BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
+                  UPCAST: tl.constexpr, REVERSE: tl.constexpr, FLAT: tl.constexpr):
+    start_m = tl.program_id(0)
+    if REVERSE:
+        start_m = tl.num_programs(0) - 1 - start_m
+    bh = tl.program_id(1)
+    b = bh // H
+    h = bh % H
+    hk = h // GROUP
+    offs_m = start_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_n = tl.arange(0, BLOCK_N)
+    # FLAT: row index into [B*H*S, D] (q, o) and [B*Hkv*S, D] (k, v); int32 holds 2^31 rows.
+    q_row0 = bh * S if FLAT else 0
+    kv_row0 = (b * HKV + hk) * S if FLAT else 0
+    q = _tma_tile(q_desc, b, h, start_m * BLOCK_M, q_row0, BLOCK_M, BLOCK_D, FLAT)
+    if UPCAST:
+        q = q.to(tl.float32)
+    m_i = tl.full((BLOCK_M,), float("-inf"), tl.float32)
+    l_i = tl.zeros((BLOCK_M,), tl.float32)
+    acc = tl.zeros((BLOCK_M, BLOCK_D), tl.float32)
+    lo_masked, hi = _key_range(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
+    for start_n in range(0, lo_masked, BLOCK_N):
+        acc, m_i, l_i = _tma_step(acc, m_i, l_i, q, k_desc, v_desc, b, hk, start_n, kv_row0, offs_n, offs_m, S,
+                                  qk_scale, BLOCK_N, BLOCK_D, False, CAUSAL, UPCAST, FLAT)
+    for start_n in range(lo_masked, hi, BLOCK_N):
+        acc, m_i, l_i = _tma_step(acc, m_i, l_i, q, k_desc, v_desc, b, hk, start_n, kv_row0, offs_n, offs_m, S,
+                                  qk_scale, BLOCK_N, BLOCK_D, True, CAUSAL, UPCAST, FLAT)
+    out = (acc / l_i[:, None]).to(o_desc.dtype)
+    if FLAT:
+        o_desc.store([q_row0 + start_m * BLOCK_M, 0], out)
+    else:
+        o_desc.store([b, h, start_m * BLOCK_M, 0], out.reshape(1, 1, BLOCK_M, BLOCK_D))
+
+
 def _smem_bytes(device):
     if device.type != "cuda":
         return _DEFAULT_SMEM_BYTES
     return getattr(torch.cuda.get_device_properties(device), "shared_memory_per_block_optin", _DEFAULT_SMEM_BYTES)
+
+
+def _tma_ok(t):
+    """A tensor descriptor needs a contiguous last dim and 16-byte aligned base and strides."""
+    return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+            and all((st * t.element_size()) % 16 == 0 for st in t.stride()[:-1]))
+
+
+def _descriptor(t, rows, block_d, flat):
+    if flat:  # [B*H*S, D]: one 2-d tile per block, no reshape in the kernel
+        return TensorDescriptor.from_tensor(t.view(-1, t.shape[-1]), [rows, block_d])
+    return TensorDescriptor.from_tensor(t, [1, 1, rows, block_d])
 
 
 def _launch(q, k, v, o, causal, sm_scale, cfg):
@@ -134,6 +232,16 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
     per_stage = 2 * bn * block_d * elem
     stages = max(1, min(cfg["num_stages"], room // per_stage))
     grid = (triton.cdiv(S, bm), B * H)
+    if cfg["VARIANT"] == "tma" and elem == 2 and all(_tma_ok(t) for t in (q, k, v, o)):
+        # Flat 2-d rows need every tile inside one head: S a multiple of both blocks, heads packed.
+        flat = S % bm == 0 and S % bn == 0 and all(t.is_contiguous() for t in (q, k, v, o))
+        descs = [_descriptor(t, rows, block_d, flat) for t, rows in ((q, bm), (k, bn), (v, bn), (o, bm))]
+        _attn_fwd_tma[grid](
+            *descs, float(sm_scale) * math.log2(math.e), S, H, k.shape[1], H // k.shape[1],
+            BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
+            UPCAST=q.device.type == "cpu", FLAT=flat, num_stages=stages, num_warps=cfg["num_warps"],
+        )
+        return
     _attn_fwd[grid](
         q, k, v, o, float(sm_scale) * math.log2(math.e), S, H, H // k.shape[1],
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),

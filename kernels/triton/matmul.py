@@ -11,6 +11,10 @@ M/N/K edges are masked, so any shape works, including 1 x 1 x 1.
 one instruction per tile instead of per-thread addresses, edges zero-filled by the hardware). They
 need 16-byte aligned bases and row strides and a contiguous last dimension (of b, or of b.T for an
 nn.Linear weight) and 16-bit inputs; otherwise they fall back to the pointer variants.
+
+The default, "tma" with 128x256x64 tiles, 3 stages and GROUP_M 16, measured on the H200 in bf16
+(benchmarks/variants_gpu.py, two rounds): 490-491 us at 4096x4096x11008 (1.10-1.15x cuBLAS) and
+503-530 us at 4096x11008x4096 (0.98-0.99x); the pointer "tiled" variant was 541-607 / 566-586 us.
 """
 
 import torch
@@ -20,8 +24,8 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "matmul"
 BACKEND = "triton"
-CONFIG = {"VARIANT": "tiled", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 8,
-          "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3", "FLATTEN": False}
+CONFIG = {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 16,
+          "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3", "FLATTEN": False, "TMA_STORE": True}
 SEARCH_SPACE = {
     "VARIANT": ["tiled", "persistent", "tma", "tma_persistent"],
     "BLOCK_M": [64, 128, 256],
@@ -32,6 +36,7 @@ SEARCH_SPACE = {
     "num_warps": [4, 8],
     "FP32_DOT": ["tf32x3", "ieee"],
     "FLATTEN": [False, True],  # tma_persistent: one software-pipelined loop over tiles x K slices
+    "TMA_STORE": [True, False],  # tma*: c through a descriptor (staged in smem) or plain masked stores
 }
 
 # FP32_DOT is the tl.dot precision for fp32 inputs only (bf16/fp16 always use their tensor cores).
@@ -107,8 +112,9 @@ def _matmul_persistent(a_ptr, b_ptr, c_ptr, M, N, K, s_am, s_ak, s_bk, s_bn, s_c
 
 
 @triton.jit
-def _tma_tile(a_desc, b_desc, c_desc, K, pid_m, pid_n, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              BLOCK_K: tl.constexpr, B_NK: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+def _tma_tile(a_desc, b_desc, c_desc, c_ptr, s_cm, s_cn, M, N, K, pid_m, pid_n, BLOCK_M: tl.constexpr,
+              BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, B_NK: tl.constexpr, UPCAST: tl.constexpr,
+              PRECISION: tl.constexpr, TMA_STORE: tl.constexpr):
     off_m = pid_m * BLOCK_M
     off_n = pid_n * BLOCK_N
     acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
@@ -122,26 +128,34 @@ def _tma_tile(a_desc, b_desc, c_desc, K, pid_m, pid_n, BLOCK_M: tl.constexpr, BL
             a = a.to(tl.float32)
             b = b.to(tl.float32)
         acc = tl.dot(a, b, acc, input_precision=PRECISION)
-    c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    if TMA_STORE:
+        c_desc.store([off_m, off_n], acc.to(c_desc.dtype))
+    else:
+        offs_m = off_m + tl.arange(0, BLOCK_M)
+        offs_n = off_n + tl.arange(0, BLOCK_N)
+        c_ptrs = c_ptr + offs_m[:, None].to(tl.int64) * s_cm + offs_n[None, :] * s_cn
+        tl.store(c_ptrs, acc.to(c_ptr.dtype.element_ty), mask=(offs_m[:, None] < M) & (offs_n[None, :] < N))
 
 
 @triton.jit
-def _matmul_tma(a_desc, b_desc, c_desc, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
+def _matmul_tma(a_desc, b_desc, c_desc, c_ptr, s_cm, s_cn, M, N, K, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
                 BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr, B_NK: tl.constexpr, UPCAST: tl.constexpr,
-                PRECISION: tl.constexpr):
+                PRECISION: tl.constexpr, TMA_STORE: tl.constexpr):
     pid_m, pid_n = _grouped(tl.program_id(0), M, N, BLOCK_M, BLOCK_N, GROUP_M)
-    _tma_tile(a_desc, b_desc, c_desc, K, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, B_NK, UPCAST, PRECISION)
+    _tma_tile(a_desc, b_desc, c_desc, c_ptr, s_cm, s_cn, M, N, K, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, B_NK,
+              UPCAST, PRECISION, TMA_STORE)
 
 
 @triton.jit
-def _matmul_tma_persistent(a_desc, b_desc, c_desc, M, N, K, n_programs, BLOCK_M: tl.constexpr,
+def _matmul_tma_persistent(a_desc, b_desc, c_desc, c_ptr, s_cm, s_cn, M, N, K, n_programs, BLOCK_M: tl.constexpr,
                            BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr, GROUP_M: tl.constexpr,
                            B_NK: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
-                           FLATTEN: tl.constexpr):
+                           FLATTEN: tl.constexpr, TMA_STORE: tl.constexpr):
     n_tiles = tl.cdiv(M, BLOCK_M) * tl.cdiv(N, BLOCK_N)
     for tile_id in tl.range(tl.program_id(0), n_tiles, n_programs, flatten=FLATTEN):
         pid_m, pid_n = _grouped(tile_id, M, N, BLOCK_M, BLOCK_N, GROUP_M)
-        _tma_tile(a_desc, b_desc, c_desc, K, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K, B_NK, UPCAST, PRECISION)
+        _tma_tile(a_desc, b_desc, c_desc, c_ptr, s_cm, s_cn, M, N, K, pid_m, pid_n, BLOCK_M, BLOCK_N, BLOCK_K,
+                  B_NK, UPCAST, PRECISION, TMA_STORE)
 
 
 def _device_facts(device):
@@ -171,25 +185,35 @@ def _descriptors(a, b, c, bm, bn, bk):
     return TensorDescriptor.from_tensor(a, [bm, bk]), b_desc, TensorDescriptor.from_tensor(c, [bm, bn])
 
 
+def _pipeline(cfg, dtype, elem, smem):
+    """(BLOCK_K, stages) that fit in smem bytes of shared memory a block; never more than asked."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    # Each pipeline stage holds one a and one b slice; fp32 (tf32x3) keeps one more a slice
+    # (sm_90 compiles measured: 128x256x64 fp32 uses 2 x 96 KB + 32 KB). Halve BLOCK_K until one
+    # stage fits, then cut the stages (a 256x256x128 bf16 stage is 128 KB: 5 would fail to launch).
+    # The c tile of a bulk store (TMA_STORE) is staged in shared memory. "tma" stages it in the
+    # pipeline's buffers, dead by then: no cost (128x256x64 bf16: 147,480 B at 3 stages, 196,640 at
+    # 4). "tma_persistent" keeps the pipeline running into the next tile, so the c tile is extra
+    # (213,016 B at 3 stages, 262,176 at 4: too much), and FLATTEN without TMA_STORE adds half a
+    # tile of layout scratch (180,248 B at 3 stages) -- all sm_90 compiles with Triton 3.6.
+    extra = 0
+    if cfg["VARIANT"] == "tma_persistent" and elem == 2:
+        extra = bm * bn * elem if cfg["TMA_STORE"] else (bm * bn * elem // 2 if cfg["FLATTEN"] else 0)
+    while True:
+        per_stage = (bm * bk + bk * bn) * elem
+        extra_a = bm * bk * elem if dtype == torch.float32 else 0
+        if per_stage + extra + extra_a <= smem or bk <= 16:
+            break
+        bk //= 2
+    return bk, max(1, min(cfg["num_stages"], (smem - extra - extra_a) // per_stage))
+
+
 def _launch(a, b, c, cfg):
     M, K = a.shape
     N = b.shape[1]
-    bm, bn, bk = cfg["BLOCK_M"], cfg["BLOCK_N"], cfg["BLOCK_K"]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     n_sms, smem = _device_facts(a.device)
-    # Each pipeline stage holds one a and one b slice; fp32 (tf32x3) keeps one more a slice
-    # (sm_90 compiles measured: 128x256x64 fp32 uses 2 x 96 KB + 32 KB). Never ask for more than
-    # fits: halve BLOCK_K until one stage fits, then cut the stages (a 256x256x128 bf16 stage is
-    # 128 KB, so 5 stages would fail to launch).
-    elem = a.element_size()
-    # The tma variants stage the c tile in shared memory for its bulk store (128x256 bf16: 64 KB).
-    epilogue = bm * bn * c.element_size() if cfg["VARIANT"].startswith("tma") and elem == 2 else 0
-    while True:
-        per_stage = (bm * bk + bk * bn) * elem
-        extra = (bm * bk * elem if a.dtype == torch.float32 else 0) + epilogue
-        if per_stage + extra <= smem or bk <= 16:
-            break
-        bk //= 2
-    stages = max(1, min(cfg["num_stages"], (smem - extra) // per_stage))
+    bk, stages = _pipeline(cfg, a.dtype, a.element_size(), smem)
     args = (a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride())
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EVEN_K=K % bk == 0,
                 UPCAST=a.device.type == "cpu" and a.dtype == torch.bfloat16,
@@ -204,12 +228,13 @@ def _launch(a, b, c, cfg):
         if descs is not None:
             tma_meta = {k: v for k, v in meta.items() if k != "EVEN_K"}
             b_nk = descs[1].base is not b
+            c_args = (c, *c.stride(), M, N, K)
             if variant == "tma_persistent":
                 programs = min(n_sms, n_tiles)
-                _matmul_tma_persistent[(programs,)](*descs, M, N, K, programs, B_NK=b_nk, FLATTEN=cfg["FLATTEN"],
-                                                    **tma_meta)
+                _matmul_tma_persistent[(programs,)](*descs, *c_args, programs, B_NK=b_nk, FLATTEN=cfg["FLATTEN"],
+                                                    TMA_STORE=cfg["TMA_STORE"], **tma_meta)
             else:
-                _matmul_tma[(n_tiles,)](*descs, M, N, K, B_NK=b_nk, **tma_meta)
+                _matmul_tma[(n_tiles,)](*descs, *c_args, B_NK=b_nk, TMA_STORE=cfg["TMA_STORE"], **tma_meta)
             return
         variant = "persistent" if variant == "tma_persistent" else "tiled"
     if variant == "persistent":

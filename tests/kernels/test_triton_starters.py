@@ -300,6 +300,7 @@ _UNIT_STRIDES = {"s_ak", "s_bn", "s_cn", "s_xd", "s_gd", "s_ud", "s_hf", "s_qd",
 _FLOAT_ARGS = {"eps", "qk_scale"}
 _FP32_PTRS = {"loss_ptr", "valid_ptr", "out_ptr"}
 _GEMM = {"BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 64, "GROUP_M": 8, "EVEN_K": True, "UPCAST": False}
+_TMA_GEMM = {k: v for k, v in _GEMM.items() if k != "EVEN_K"}  # descriptors zero-fill ragged K
 SM90_KERNELS = [
     ("softmax", "_softmax_row", "bf16", {"BLOCK": 8192}),
     ("softmax", "_softmax_multirow", "bf16", {"ROWS": 4, "BLOCK": 1024}),
@@ -321,6 +322,39 @@ SM90_KERNELS = [
     ("matmul", "_matmul_tiled", "bf16", {**_GEMM, "BLOCK_N": 256, "PRECISION": "tf32"}),
     ("matmul", "_matmul_persistent", "fp32", {**_GEMM, "EVEN_K": False, "PRECISION": "tf32x3"}),
     ("fused_mlp", "_gate_up_kernel", "bf16", {**_GEMM, "PRECISION": "tf32"}),
+    # Tensor-descriptor variants: "_DESC" gives each descriptor's block shape (the interpreter runs
+    # their Python, so a construct the compiler refuses shows only here or on a GPU).
+    ("matmul", "_matmul_tma", "bf16", {**_TMA_GEMM, "BLOCK_N": 256, "PRECISION": "tf32", "B_NK": True,
+                                       "TMA_STORE": True, "num_stages": 4,  # 196,640 B: the c tile reuses stages
+                                       "_DESC": {"a_desc": [128, 64], "b_desc": [256, 64], "c_desc": [128, 256]}}),
+    ("matmul", "_matmul_tma_persistent", "bf16", {**_TMA_GEMM, "PRECISION": "tf32", "B_NK": False, "FLATTEN": True,
+                                                  "TMA_STORE": False,
+                                                  "_DESC": {"a_desc": [128, 64], "b_desc": [64, 128],
+                                                            "c_desc": [128, 128]}}),
+    # "_CFG": the launcher's own BLOCK_K / stage choice (matmul._pipeline) for that CONFIG must fit.
+    *[("matmul", f"_matmul_{cfg['VARIANT']}", "bf16",
+       {**_TMA_GEMM, "PRECISION": "tf32", "B_NK": True, "TMA_STORE": cfg.get("TMA_STORE", True),
+        **({"FLATTEN": cfg.get("FLATTEN", False)} if cfg["VARIANT"] == "tma_persistent" else {}),
+        "_ID": f"launcher{i}", "_CFG": cfg,
+        "_DESC": {"a_desc": [cfg["BLOCK_M"], 64], "b_desc": [cfg["BLOCK_N"], 64],
+                  "c_desc": [cfg["BLOCK_M"], cfg["BLOCK_N"]]}})
+      for i, cfg in enumerate([
+          {"VARIANT": "tma_persistent", "BLOCK_M": 128, "BLOCK_N": 256, "num_stages": 5},
+          {"VARIANT": "tma_persistent", "BLOCK_M": 128, "BLOCK_N": 256, "num_stages": 5, "TMA_STORE": False,
+           "FLATTEN": True},
+          {"VARIANT": "tma", "BLOCK_M": 256, "BLOCK_N": 256, "num_stages": 5},
+          {"VARIANT": "tma_persistent", "BLOCK_M": 256, "BLOCK_N": 128, "num_stages": 5, "FLATTEN": True}])],
+    ("fused_mlp", "_gate_up_tma", "bf16", {**_TMA_GEMM, "num_stages": 4,
+                                           "_DESC": {"x_desc": [128, 64], "g_desc": [128, 64],
+                                                     "u_desc": [128, 64], "h_desc": [128, 128]}}),
+    ("flash_attention", "_attn_fwd_tma", "bf16", {"BLOCK_D": 128, "BLOCK_M": 128, "BLOCK_N": 64, "CAUSAL": True,
+                                                  "UPCAST": False, "REVERSE": True, "FLAT": True, "_ID": "flat",
+                                                  "_DESC": {"q_desc": [128, 128], "k_desc": [64, 128],
+                                                            "v_desc": [64, 128], "o_desc": [128, 128]}}),
+    ("flash_attention", "_attn_fwd_tma", "fp16", {"BLOCK_D": 64, "BLOCK_M": 128, "BLOCK_N": 128, "CAUSAL": False,
+                                                  "UPCAST": False, "REVERSE": False, "FLAT": False, "_ID": "4d",
+                                                  "_DESC": {"q_desc": [1, 1, 128, 64], "k_desc": [1, 1, 128, 64],
+                                                            "v_desc": [1, 1, 128, 64], "o_desc": [1, 1, 128, 64]}}),
     ("flash_attention", "_attn_fwd", "bf16", {"HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_M": 128, "BLOCK_N": 64,
                                               "CAUSAL": True, "UPCAST": False, "PRECISION": "tf32"}),
     # num_stages 2: what the launcher picks for an fp32 64x64 tile at D=128 (3 would need 256 KB).
@@ -341,12 +375,23 @@ def compile_sm90(kernel_type: str, kernel_name: str, dtype: str, constexprs: dic
     fn = getattr(_module(kernel_type), kernel_name)
     constexprs = dict(constexprs)
     stages = constexprs.pop("num_stages", 3)
+    descriptors = constexprs.pop("_DESC", {})
+    constexprs.pop("_ID", None)
+    if "_CFG" in constexprs:  # BLOCK_K and stages as the launcher picks them for this CONFIG
+        module = _module(kernel_type)
+        cfg = {**module.CONFIG, **constexprs.pop("_CFG")}
+        constexprs["BLOCK_K"], stages = module._pipeline(cfg, torch.bfloat16, 2, H100_SMEM_BYTES)
+        descriptors = {k: [v[0], constexprs["BLOCK_K"]] if k != "c_desc" else v for k, v in descriptors.items()}
+        for k in ("BLOCK_M", "BLOCK_N"):
+            constexprs[k] = cfg[k]
     consts = {k: getattr(tl, {"fp32": "float32", "fp64": "float64"}[v]) if k == "ACC" else v
               for k, v in constexprs.items()}
     signature, attrs = {}, {}
     for i, p in enumerate(fn.params):
         if p.is_constexpr:
             signature[p.name] = "constexpr"
+        elif p.name in descriptors:
+            signature[p.name] = f"tensordesc<{dtype}{descriptors[p.name]}>"
         elif p.name in _UNIT_STRIDES:
             signature[p.name], consts[p.name] = "constexpr", 1
         elif p.name.endswith("_ptr"):
@@ -374,12 +419,17 @@ def sm90_results() -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-@pytest.mark.parametrize(("kernel_type", "kernel_name", "dtype"),
-                         [pytest.param(*k[:3], id=f"{k[1]}-{k[2]}") for k in SM90_KERNELS])
-def test_compiles_for_sm90(kernel_type: str, kernel_name: str, dtype: str, sm90_results: dict) -> None:
+def _sm90_key(kernel_type: str, kernel_name: str, dtype: str, constexprs: dict) -> str:
+    return ".".join([kernel_type, kernel_name, dtype] + ([constexprs["_ID"]] if "_ID" in constexprs else []))
+
+
+@pytest.mark.parametrize(("kernel_type", "kernel_name", "dtype", "constexprs"),
+                         [pytest.param(*k, id=_sm90_key(*k).split(".", 1)[1]) for k in SM90_KERNELS])
+def test_compiles_for_sm90(kernel_type: str, kernel_name: str, dtype: str, constexprs: dict,
+                           sm90_results: dict) -> None:
     if kernel_type not in TYPES:
         pytest.skip(f"no {kernel_type} starter")
-    result = sm90_results[f"{kernel_type}.{kernel_name}.{dtype}"]
+    result = sm90_results[_sm90_key(kernel_type, kernel_name, dtype, constexprs)]
     assert isinstance(result, int), f"sm_90 compile failed: {result}"
     assert result <= H100_SMEM_BYTES, f"{result} B of shared memory > {H100_SMEM_BYTES}"
 
@@ -389,8 +439,11 @@ if __name__ == "__main__" and sys.argv[1:] == ["--compile-sm90"]:
     for kernel_type, kernel_name, dtype, constexprs in SM90_KERNELS:
         if kernel_type not in TYPES:
             continue
+        key = _sm90_key(kernel_type, kernel_name, dtype, constexprs)
         try:
-            results[f"{kernel_type}.{kernel_name}.{dtype}"] = compile_sm90(kernel_type, kernel_name, dtype, constexprs)
+            results[key] = compile_sm90(kernel_type, kernel_name, dtype, constexprs)
         except Exception as exc:  # reported per kernel by the parametrized test
-            results[f"{kernel_type}.{kernel_name}.{dtype}"] = f"{type(exc).__name__}: {str(exc)[:2000]}"
+            # Triton's error names the call site; the cause (e.g. "expected 2 offsets") is chained.
+            cause = f" (cause: {str(exc.__cause__)[-800:]})" if exc.__cause__ else ""
+            results[key] = f"{type(exc).__name__}: {str(exc)[:1500]}{cause}"
     print(json.dumps(results))

@@ -1,0 +1,98 @@
+"""The tensor-descriptor (TMA) variants of the Triton GEMM and attention starters, in the 16-bit dtypes they serve.
+
+The generic variant test runs each VARIANT in the spec's last dtype (fp32), where these variants
+fall back to their pointer paths; here they run in bf16 and fp16, and a launch spy proves the
+descriptor kernel itself ran (not the fallback) wherever the layout allows it.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from test_triton_starters import _inputs, _module, run_and_check
+
+from autokernel_ci.specs import get_spec
+
+DTYPES_16 = [torch.bfloat16, torch.float16]
+
+
+class LaunchSpy:
+    """Stands in for a @triton.jit kernel: records each launch's keyword arguments, then launches."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel = kernel
+        self.launches: list[dict] = []
+
+    def __getitem__(self, grid):
+        launcher = self.kernel[grid]
+
+        def launch(*args, **kwargs):
+            self.launches.append(kwargs)
+            return launcher(*args, **kwargs)
+
+        return launch
+
+
+def _run_with_spy(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple], dtype):
+    module = _module(kernel_type)
+    saved_config = module.CONFIG
+    saved = {name: getattr(module, name) for name in kernel_names}
+    spies = {name: LaunchSpy(kernel) for name, kernel in saved.items()}
+    module.CONFIG = {**saved_config, **config}
+    for name, spy in spies.items():
+        setattr(module, name, spy)
+    try:
+        for inputs in cases:
+            run_and_check(module, kernel_type, inputs, dtype)
+    finally:
+        module.CONFIG = saved_config
+        for name, kernel in saved.items():
+            setattr(module, name, kernel)
+    return [launch for spy in spies.values() for launch in spy.launches]
+
+
+def _spec_cases(kernel_type: str, dtype, *sets: str, seed: int = 7) -> list[tuple]:
+    return [_inputs(kernel_type, shape, dtype, seed=seed) for shape in get_spec(kernel_type).shapes(*sets)]
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("config", [{"VARIANT": "tma"},
+                                    {"VARIANT": "tma_persistent", "FLATTEN": True, "num_stages": 4},
+                                    {"VARIANT": "tma_persistent", "BLOCK_M": 64, "BLOCK_N": 64, "BLOCK_K": 32},
+                                    {"VARIANT": "tma", "TMA_STORE": False, "num_stages": 4}],
+                         ids=["tma", "tma_persistent_flatten", "tma_persistent_small", "tma_register_store"])
+def test_matmul_descriptor_variants(config: dict, dtype) -> None:
+    cases = _spec_cases("matmul", dtype, "cpu", "edge")
+    a, b = _inputs("matmul", {"M": 48, "K": 64, "N": 40}, dtype, seed=8)
+    weight = b.T.contiguous()  # nn.Linear stores [N, K]: the model hands the kernel weight.T
+    cases.append((a, weight.T))
+    launches = _run_with_spy("matmul", config, ("_matmul_tma", "_matmul_tma_persistent"), cases, dtype)
+    # 64x96x80 and 48x64x40 have 16-byte rows everywhere: both reach the descriptor kernel, one of
+    # them through b's transpose (B_NK); the odd widths (N=17, 31, 13, 1) fall back.
+    assert len(launches) == 2, launches
+    assert sorted(launch["B_NK"] for launch in launches) == [False, True]
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+def test_fused_mlp_descriptor_variant(dtype) -> None:
+    cases = _spec_cases("fused_mlp", dtype, "cpu", "edge")
+    launches = _run_with_spy("fused_mlp", {"VARIANT": "tma"}, ("_gate_up_tma",), cases, dtype)
+    assert launches, "no shape reached the tensor-descriptor kernel"
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+def test_attention_descriptor_variant_flat_and_4d(dtype) -> None:
+    # S a multiple of both blocks (32x16) and packed heads: every tile inside one head, so the flat
+    # [B*H*S, D] descriptors; ragged S (24, 1, 17, 333) and a [B,S,H,D] projection viewed as
+    # [B,H,S,D] (not contiguous) take the 4-d view.
+    flat = {"B": 1, "H": 4, "Hkv": 2, "S": 64, "D": 32, "causal": True}
+    q, k, v, causal, scale = _inputs("flash_attention", {**flat, "H": 4, "Hkv": 4}, dtype, seed=9)
+    strided = (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal, scale)
+    cases = [_inputs("flash_attention", flat, dtype, seed=9), _inputs("flash_attention", {**flat, "causal": False},
+                                                                     dtype, seed=10), strided]
+    cases += _spec_cases("flash_attention", dtype, "cpu", "edge", "odd")
+    launches = _run_with_spy("flash_attention", {"VARIANT": "tma", "BLOCK_M": 32, "BLOCK_N": 16},
+                             ("_attn_fwd_tma",), cases, dtype)
+    expected = [c[0].shape[2] % 32 == 0 and c[0].is_contiguous() for c in cases]
+    assert [launch["FLAT"] for launch in launches] == expected
+    assert True in expected and False in expected
