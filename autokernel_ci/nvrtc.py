@@ -92,6 +92,54 @@ __device__ __forceinline__ float group_sum(float v, float* red) {
     for (int i = 0; i < WPR; ++i) t += red[first + i];
     return t;
 }
+#if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
+// Tensor-core building blocks (sm_80+: cp.async, ldmatrix, mma.sync m16n8k16), shared by matmul and
+// flash attention. Shared-memory operands are 32-bit shared-space byte addresses (smem_addr).
+__device__ __forceinline__ unsigned smem_addr(const void* p) {
+    return static_cast<unsigned>(__cvta_generic_to_shared(p));
+}
+
+// 16-byte global -> shared copy that bypasses L1; bytes < 16 zero-fills the rest (0: all zeros, nothing
+// read): ragged edges become zeros without branches around the copy. dst and src 16-byte aligned.
+__device__ __forceinline__ void cp_async16(unsigned dst, const void* src, int bytes) {
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>  // wait until at most N of this thread's commit groups are still in flight
+__device__ __forceinline__ void cp_async_wait() { asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory"); }
+
+// Four 8x8 b16 matrices; lanes 8q..8q+7 give the row addresses of matrix q, register q receives it.
+// Plain: lane l holds row l/4, cols 2(l%4), 2(l%4)+1. .trans: lane l holds rows 2(l%4), 2(l%4)+1 of col l/4.
+__device__ __forceinline__ void ldsm_x4(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+__device__ __forceinline__ void ldsm_x4_trans(unsigned (&r)[4], unsigned addr) {
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0, %1, %2, %3}, [%4];\n"
+                 : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(addr) : "memory");
+}
+
+// c[16x8] += a[16x16] * b[16x8], fp32 accumulate. Fragments (g = lane / 4, t = lane % 4):
+// a: {a0,a1} = A[g][2t..2t+1], {a2,a3} = A[g+8][2t..], {a4,a5} = A[g][2t+8..], {a6,a7} = A[g+8][2t+8..]
+// b: {b0,b1} = B[2t..2t+1][g], {b2,b3} = B[2t+8..2t+9][g]; c: {c0,c1} = C[g][2t..2t+1], {c2,c3} = C[g+8][2t..].
+template <typename T>
+__device__ __forceinline__ void mma16816(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1);
+template <>
+__device__ __forceinline__ void mma16816<__nv_bfloat16>(float (&c)[4], const unsigned (&a)[4], unsigned b0,
+                                                        unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+template <>
+__device__ __forceinline__ void mma16816<__half>(float (&c)[4], const unsigned (&a)[4], unsigned b0, unsigned b1) {
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0, %1, %2, %3}, {%4, %5, %6, %7}, "
+                 "{%8, %9}, {%0, %1, %2, %3};\n"
+                 : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+                 : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+#endif
 // ---- end of PRELUDE: line numbers restart at 1, so compiler errors count from the kernel's own text ----
 #line 1
 """
@@ -101,7 +149,10 @@ It provides `<cuda_fp16.h>`, `<cuda_bf16.h>`, `INFINITY` (NVRTC has no `<math.h>
 (float, __half, __nv_bfloat16 -> float), `from_float<T>(f)` (float -> T, round to nearest), `Vec<T, N>`
 (N elements as one aligned 4/8/16-byte access, members `.v[k]`), `warp_sum(v)` (full-warp shuffle sum)
 and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__shared__ float[warps]`;
-it syncs the block when WPR > 1, so every thread must call it). A kernel must not redefine these names.
+it syncs the block when WPR > 1, so every thread must call it). On sm_80+ also the tensor-core building
+blocks: `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`), `cp_async_commit()`,
+`cp_async_wait<N>()`, `ldsm_x4` / `ldsm_x4_trans` (ldmatrix .x4) and `mma16816<T>(c, a, b0, b1)`
+(mma.sync m16n8k16, fp32 accumulate). A kernel must not redefine these names.
 
 Explicit, not prepended by `build`: a kernel file then says what it uses, a source without it
 compiles as written, and the cache key (over the whole source) changes when the prelude does. It

@@ -15,6 +15,13 @@
 #          benchmarks/variants_gpu.py over benchmarks/variants/{matmul,flash_attention,fused_mlp}.json.
 #   second: the search agent at fp16 on the GPT-2 shapes (issue #7: not tuned to one shape set).
 #   perf2: the Triton starters timed at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes.
+#   cuda16: the CUDA matmul and flash attention (cp.async + mma.sync) checked on every set and timed per
+#          CONFIG, the CUDA starters' GPU tests, then the Triton GEMM/attention starters on every set.
+#   table: the CUDA GEMM/attention re-checked at their new defaults, every starter (both backends) timed
+#          in bf16 at the LLaMA-7B shapes, end_to_end_gpu.py at the 7B size.
+#   descriptors: the tensor-descriptor (TMA) variants of matmul / fused_mlp / flash attention checked on
+#          every shape set and timed (bf16; matmul also fp16 on the GPT-2 shape), the reduce CONFIG
+#          grid, NVRTC's >48 KiB shared-memory launch.
 # Logs and JSON land in $OUT (packed into $OUT/round.tar.gz at the end); the last lines printed are a summary.
 set -uo pipefail
 out="${OUT:-.gpu_out}"; mkdir -p "$out"
@@ -71,6 +78,38 @@ case "${1:-check}" in
   second)  # the search agent at fp16 on the GPT-2 shapes, so a win is not tuned to one shape or dtype
     step 540 search_gpt2_fp16 python3 benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 1 \
       --out "$out/search_gpt2_fp16"
+    ;;
+  descriptors)
+    step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 6 \
+      tests/test_nvrtc.py tests/kernels/test_triton_tma_variants.py \
+      tests/kernels/test_triton_starters.py -k "nvrtc or tma or matmul or fused_mlp or flash"
+    step 150 variants_matmul python3 benchmarks/variants_gpu.py matmul --sets llama7b,gpt2,odd,edge,cpu --out "$out/variants"
+    step 60 variants_matmul_fp16 python3 benchmarks/variants_gpu.py matmul --variants benchmarks/variants/matmul_fp16.json \
+      --dtype fp16 --sets llama7b,gpt2,odd,edge --time-set gpt2 --out "$out/variants_fp16"
+    step 100 variants_flash python3 benchmarks/variants_gpu.py flash_attention --sets llama7b,gpt2,odd,edge,cpu \
+      --out "$out/variants"
+    step 70 variants_fused_mlp python3 benchmarks/variants_gpu.py fused_mlp --sets llama7b,gpt2,odd,edge,cpu \
+      --out "$out/variants"
+    step 50 variants_reduce python3 benchmarks/variants_gpu.py reduce --sets llama7b,odd,edge --out "$out/variants"
+    ;;
+  cuda16)  # the CUDA matmul / flash attention rewrites (cp.async + mma.sync) and the new Triton defaults
+    step 200 check_cuda python3 benchmarks/check_cuda_gpu.py --types matmul,flash_attention \
+      --sets cpu,edge,odd,gpt2,llama7b --jobs 2 --out "$out" &
+    step 200 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_cuda_starters.py tests/kernels/test_triton_tma_variants.py &
+    wait
+    step 100 variants_cuda_matmul python3 benchmarks/variants_gpu.py matmul --backend cuda \
+      --variants benchmarks/variants/cuda_matmul.json --sets cpu,edge,odd --out "$out/variants"
+    step 90 variants_cuda_flash python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_attention.json --sets cpu,edge,odd --out "$out/variants"
+    step 150 check_triton python3 benchmarks/check_starters_gpu.py --types matmul,fused_mlp,flash_attention \
+      --backends triton --no-compile --out "$out/triton"
+    ;;
+  table)  # the starter table after the CONFIG changes: CUDA GEMM/attention re-checked, every starter timed, 7B model
+    step 60 check_cuda python3 benchmarks/check_cuda_gpu.py --types matmul,flash_attention \
+      --sets cpu,edge,odd,llama7b --jobs 2 --out "$out"
+    step 150 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --out "$out/bf16"
+    step 150 end_to_end python3 benchmarks/end_to_end_gpu.py --out "$out/e2e"
     ;;
   perf2)
     step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \

@@ -1,12 +1,18 @@
-"""Flash attention (causal or not, grouped-query heads), CUDA C++ (NVRTC): WMMA tensor cores + online softmax.
+"""Flash attention (causal or not, grouped-query heads), CUDA C++ (NVRTC): FA2-style mma.sync + online softmax.
 
-One block handles 16*WARPS query rows of one (batch, head); each warp owns 16 rows, keeps its Q
-slice in WMMA fragments and its output rows in fp32 registers. For every BLOCK_N keys: K and V
-tiles are staged in shared memory (16-byte loads, zero-filled past S), S = Q K^T on tensor cores,
-an exp2-based online softmax (running max and sum in fp32, masked and causal entries exactly 0),
-then O += P V on tensor cores, rescaled by the running max. Causal blocks stop at the diagonal.
-bf16/fp16 use m16n16k16 WMMA; fp32 uses TF32 (m16n16k8). HEAD_DIM must be a multiple of 16, <= 128.
-A plain mma.sync kernel without wgmma/TMA: well below SDPA's FlashAttention on H100/H200.
+bf16/fp16 (VARIANT "mma"): one block handles BLOCK_M = 16*WARPS query rows of one (batch, head); each
+warp owns 16 rows. The Q tile is copied to shared memory once and kept as m16n8k16 A-fragments in
+registers (ldmatrix). K and V blocks of BLOCK_N keys stream through a two-stage cp.async pipeline in
+dynamic shared memory (rows padded by 16 bytes, so ldmatrix reads are bank-conflict free). Per block:
+S = Q K^T with `mma.sync.m16n8k16` (ldmatrix of K rows is the "col" B operand), an exp2 online softmax
+on the S accumulators in registers (row max and sum across the 4 lanes of a quad), P converted to
+16-bit A-fragments straight from the accumulators, O += P V (ldmatrix.trans of V). Causal: key blocks
+right of the diagonal are never loaded, warps skip blocks entirely above their rows, and only blocks
+that cross the diagonal or the sequence end are masked. Ragged S: K/V rows past the end are
+zero-filled and their scores set to -inf. Strided (non-contiguous) q/k/v are read in place when
+every row starts 16-byte aligned; otherwise they are copied first.
+fp32 (and VARIANT "wmma"): the earlier WMMA kernel (TF32 for fp32, scores staged through 48 KiB of
+static shared memory). HEAD_DIM in {16, 32, 64, 128}. No wgmma/TMA: Hopper's fastest path is unused.
 """
 
 import math
@@ -17,16 +23,285 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "flash_attention"
 BACKEND = "cuda"
-CONFIG = {"WARPS": 4, "BLOCK_N": 32}
-SEARCH_SPACE = {"WARPS": [2, 4], "BLOCK_N": [16, 32]}  # larger tiles exceed 48 KiB at D=128 fp32
+# VARIANT "mma": the FA2-style kernel for fp16/bf16 (fp32 always takes the WMMA kernel); "wmma": the earlier
+# WMMA kernel for every dtype (fallback). WARPS: 16 query rows per warp, so BLOCK_M = 16 * WARPS.
+# BLOCK_N: keys per pipeline stage. At D=128, BLOCK_N=64 a lane holds 32 fp32 scores + 64 fp32 outputs
+# + 32 registers of Q fragments (128 live values before addresses), and the block uses
+# max(4 * BLOCK_N, 2 * BLOCK_N + BLOCK_M) * 136 * 2 bytes of shared memory (Q shares stage 1): 69,632 B at the
+# default (the 228 KiB of an SM hold three; registers decide), 139,264 B at the 8 x 128 corner (< 227 KiB).
+# MIN_BLOCKS: __launch_bounds__ minimum blocks per SM (register cap 65,536 / (32 * WARPS * MIN_BLOCKS)). 1 leaves
+# ptxas free: 210 registers at D=128, BLOCK_N=64, no spill (two 4-warp blocks per SM); 3 caps 4 warps at 168
+# registers: 60 B of spill at BLOCK_N=64, none at BLOCK_N=32 (three blocks, 12 warps per SM). nvcc 13.0 numbers.
+CONFIG = {"VARIANT": "mma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3}
+SEARCH_SPACE = {"VARIANT": ["mma", "wmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128], "MIN_BLOCKS": [1, 2, 3]}
 
-HEAD_DIMS = (16, 32, 64, 128)  # multiples of 16 (WMMA tile) whose tiles fit 48 KiB of shared memory
+HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128
+# The WMMA kernel keeps its own tiles: its 48 KiB static shared memory holds 4 warps x 32 keys at D=128
+# fp32 (46,080 B), so it does not follow WARPS / BLOCK_N.
+WMMA_TILES = {"WMMA_WARPS": 4, "WMMA_BLOCK_N": 32}
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
 #include <mma.h>
+
+// ================= FA2-style kernel for fp16 / bf16: mma.sync.m16n8k16, fragments in registers =================
+// Fragment layouts (PTX ISA, "Matrix Fragments for mma.m16n8k16 with floating point type"), with
+// g = lane >> 2 (groupID) and t = lane & 3 (threadID_in_group); each .b32 register holds two 16-bit values,
+// the lower column (or k) in the low half:
+//   A 16x16 (row-major): reg0 = A[g][2t, 2t+1], reg1 = A[g+8][2t, 2t+1], reg2 = A[g][2t+8, +9], reg3 = A[g+8][2t+8, +9]
+//   B 16x8  ("col"):     reg0 = B[2t, 2t+1][g], reg1 = B[2t+8, 2t+9][g]
+//   C 16x8  (fp32):      c0, c1 = C[g][2t, 2t+1], c2, c3 = C[g+8][2t, 2t+1]
+// ldmatrix.x4: lanes 8i..8i+7 give the row addresses of 8x8 matrix i, register i gets matrix i with lane l holding
+// row l/4, columns 2(l%4), +1; with .trans it holds column l/4, rows 2(l%4), +1.
+namespace fa2 {
+constexpr int D = HEAD_DIM;
+constexpr int BM = 16 * WARPS;  // query rows per block, 16 per warp
+constexpr int BN = BLOCK_N;     // keys per pipeline stage
+constexpr int THREADS = 32 * WARPS;
+// Shared rows are padded by 8 elements (16 bytes): a row is (D + 8) * 2 bytes = 4 (mod 32) banks apart from
+// the next for every D in {16, 32, 64, 128}, so the 8 rows of one ldmatrix 8x8 matrix hit 8 distinct 4-bank
+// groups (conflict-free), and every row still starts 16-byte aligned for cp.async and ldmatrix.
+constexpr int LD = D + 8;
+constexpr int KV_TILE = BN * LD;  // elements of one K or V stage
+static_assert(D % 16 == 0 && D <= 128, "HEAD_DIM must be a multiple of 16 and at most 128");
+static_assert(BN % 16 == 0, "BLOCK_N must be a multiple of 16 (two n8 score tiles per ldmatrix.x4 of K)");
+
+// 2^x on the SFU (ex2.approx.ftz: ~2 ulp; exp2f without fast-math adds denormal scaling around it); 2^-inf = +0.
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
+// Two fp32 values packed as one 16-bit pair (low = lo): P re-enters mma16816 as A fragments.
+template <typename T> struct Op;
+template <> struct Op<__half> {
+    static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+        __half2 v = __floats2half2_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&v);
+    }
+};
+template <> struct Op<__nv_bfloat16> {
+    static __device__ __forceinline__ unsigned pack(float lo, float hi) {
+        __nv_bfloat162 v = __floats2bfloat162_rn(lo, hi);
+        return *reinterpret_cast<unsigned*>(&v);
+    }
+};
+
+// ROWS rows of D elements from src (row stride in elements) into a padded shared tile, 16 bytes per cp.async;
+// rows at or past seq are zero-filled (their source address is the valid row 0 and no byte of it is read).
+template <int ROWS, typename T>
+__device__ __forceinline__ void load_tile(T* dst, const T* src, long long row_stride, int row0, int seq) {
+    constexpr int CHUNKS = D / 8;
+#pragma unroll
+    for (int i = threadIdx.x; i < ROWS * CHUNKS; i += THREADS) {
+        const int r = i / CHUNKS, c = (i % CHUNKS) * 8;
+        const bool valid = row0 + r < seq;
+        cp_async16(smem_addr(dst + r * LD + c), valid ? src + (long long)(row0 + r) * row_stride + c : src,
+                   valid ? 16 : 0);
+    }
+}
+
+template <typename T>
+__device__ __forceinline__ void attention(T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k,
+                                          const T* __restrict__ v, int heads, int kv_heads, int seq, int causal,
+                                          float scale_log2, long long qsb, long long qsh, long long qss,
+                                          long long ksb, long long ksh, long long kss, long long vsb, long long vsh,
+                                          long long vss) {
+    // Dynamic shared memory: stage 0 K, V and stage 1 K, V, each [BN][LD]. The Q tile [BM][LD] sits on stage 1
+    // (and past it when BM > 2 BN): it is read into registers before stage 1 is first filled, which saves
+    // BM * LD * 2 bytes (17 KiB at 4 warps, D=128) and lets 3 blocks share an SM where registers allow.
+    extern __shared__ __align__(16) unsigned char smem[];
+    T* KVs = reinterpret_cast<T*>(smem);
+    T* Qs = KVs + 2 * KV_TILE;
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int g = lane >> 2, t = lane & 3;
+    // Causal blocks get more work the further down they sit: launch those first (shorter tail).
+    const int mblock = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int q0 = mblock * BM, qw = q0 + warp * 16;  // first row of the block, of this warp
+    const int bh = blockIdx.y, b = bh / heads, h = bh % heads, hk = h / (heads / kv_heads);
+    const T* qh = q + b * qsb + h * qsh;
+    const T* kh = k + b * ksb + hk * ksh;
+    const T* vh = v + b * vsb + hk * vsh;
+    const int kend = causal ? min(seq, q0 + BM) : seq;  // causal: no key right of the block's last row
+    const int nblocks = (kend + BN - 1) / BN;           // >= 1: q0 < seq, so kend >= 1
+
+    // Prologue: Q in its own group (on stage 1), then K/V block 0 into stage 0.
+    load_tile<BM>(Qs, qh, qss, q0, seq);
+    cp_async_commit();
+    load_tile<BN>(KVs, kh, kss, 0, seq);
+    load_tile<BN>(KVs + KV_TILE, vh, vss, 0, seq);
+    cp_async_commit();
+    cp_async_wait<1>();  // Q has landed (K/V block 0 may still be in flight)
+    __syncthreads();
+
+    // This warp's 16 x D slice of Q as A-fragments, kept for the whole loop. ldmatrix.x4 per 16-column chunk:
+    // lane l addresses row l & 15, column 8 * (l >> 4), so matrices 0..3 are (rows 0-7, cols 0-7),
+    // (rows 8-15, cols 0-7), (rows 0-7, cols 8-15), (rows 8-15, cols 8-15) = A regs 0..3.
+    unsigned qa[D / 16][4];
+#pragma unroll
+    for (int kc = 0; kc < D / 16; ++kc)
+        ldsm_x4(qa[kc], smem_addr(Qs + (warp * 16 + (lane & 15)) * LD + kc * 16 + (lane >> 4) * 8));
+    __syncthreads();  // every warp holds its Q fragments: iteration 0 may now refill stage 1
+
+    float o[D / 8][4];  // O tile n = dt: o[dt][0..1] row g, o[dt][2..3] row g + 8, columns 8 dt + 2t, +1
+#pragma unroll
+    for (int dt = 0; dt < D / 8; ++dt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) o[dt][e] = 0.f;
+    // Running max (log2 units, quad-uniform) and this lane's partial row sum for rows g and g + 8.
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};
+
+    for (int j = 0; j < nblocks; ++j) {
+        if (j + 1 < nblocks) {  // prefetch block j + 1 into the other stage (last read in iteration j - 1,
+                                // or by the Q fragment loads when j = 0)
+            T* next = KVs + ((j + 1) & 1) * 2 * KV_TILE;
+            load_tile<BN>(next, kh, kss, (j + 1) * BN, seq);
+            load_tile<BN>(next + KV_TILE, vh, vss, (j + 1) * BN, seq);
+            cp_async_commit();
+            cp_async_wait<1>();  // everything but block j + 1: block j has landed
+        } else {
+            cp_async_wait<0>();
+        }
+        __syncthreads();  // block j is visible to every warp
+
+        const int n0 = j * BN;
+        const T* Kt = KVs + (j & 1) * 2 * KV_TILE;
+        const T* Vt = Kt + KV_TILE;
+        // Causal: a block entirely right of this warp's last row adds nothing (warp-uniform branch). When it
+        // is taken, n0 <= qw (both multiples of 16), so every row of the warp sees key n0 (< kend <= seq).
+        if (!causal || n0 <= qw + 15) {
+            // S = Q K^T: s[nt] is the 16 x 8 tile of keys n0 + 8 nt .. + 7. ldmatrix.x4 of K rows (K row-major
+            // is B = K^T in "col" layout): lane l addresses key 16 np + (l & 7) + 8 (l >> 4), column
+            // 16 kc + 8 ((l >> 3) & 1), so registers 0, 1 = B regs of tile 2 np and 2, 3 = of tile 2 np + 1.
+            float s[BN / 8][4];
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) s[nt][e] = 0.f;
+#pragma unroll
+            for (int kc = 0; kc < D / 16; ++kc) {
+#pragma unroll
+                for (int np = 0; np < BN / 16; ++np) {
+                    unsigned kb[4];
+                    ldsm_x4(kb, smem_addr(Kt + (np * 16 + (lane & 7) + (lane >> 4) * 8) * LD + kc * 16 +
+                                          ((lane >> 3) & 1) * 8));
+                    mma16816<T>(s[2 * np], qa[kc], kb[0], kb[1]);
+                    mma16816<T>(s[2 * np + 1], qa[kc], kb[2], kb[3]);
+                }
+            }
+
+            // Scores in log2 units; -inf past the sequence end and right of the diagonal (only blocks that
+            // reach the end or cross this warp's diagonal need the test).
+            const bool edge = n0 + BN > seq || (causal && n0 + BN - 1 > qw);
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    float x = s[nt][e] * scale_log2;
+                    if (edge) {
+                        const int key = n0 + nt * 8 + 2 * t + (e & 1), row = qw + g + 8 * (e >> 1);
+                        if (key >= seq || (causal && key > row)) x = -INFINITY;
+                    }
+                    s[nt][e] = x;
+                }
+
+            // Online softmax: rows g (e = 0, 1) and g + 8 (e = 2, 3); a row's 8 columns of a tile sit in the
+            // 4 lanes of a quad, so its max is reduced with xor 1 and xor 2.
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt) {
+                mx[0] = fmaxf(mx[0], fmaxf(s[nt][0], s[nt][1]));
+                mx[1] = fmaxf(mx[1], fmaxf(s[nt][2], s[nt][3]));
+            }
+            float mu[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float m_new = fmaxf(m_row[r], mx[r]);
+                // A row with no visible key yet keeps max -inf: subtract 0 instead, so exp2(-inf) = 0 and
+                // never inf - inf = NaN.
+                mu[r] = m_new == -INFINITY ? 0.f : m_new;
+                const float alpha = fast_exp2(m_row[r] - mu[r]);  // 0 on the first visible block, else <= 1
+                m_row[r] = m_new;
+                l_row[r] *= alpha;
+#pragma unroll
+                for (int dt = 0; dt < D / 8; ++dt) {
+                    o[dt][2 * r] *= alpha;
+                    o[dt][2 * r + 1] *= alpha;
+                }
+            }
+#pragma unroll
+            for (int nt = 0; nt < BN / 8; ++nt)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    const float p = fast_exp2(s[nt][e] - mu[e >> 1]);
+                    s[nt][e] = p;
+                    l_row[e >> 1] += p;
+                }
+
+            // O += P V. The C tiles 2 kk, 2 kk + 1 of S are exactly the A fragment of P for keys
+            // 16 kk .. 16 kk + 15: reg0 = tile 2kk (c0, c1), reg1 = tile 2kk (c2, c3), reg2 = tile 2kk+1 (c0, c1),
+            // reg3 = tile 2kk+1 (c2, c3). V [key][d] row-major is B = V (k = key, n = d) in "row" layout, so it
+            // goes through ldmatrix.trans: lane l addresses key 16 kk + (l & 7) + 8 ((l >> 3) & 1), column
+            // 16 dp + 8 (l >> 4): registers 0, 1 = B regs of O tile 2 dp and 2, 3 = of O tile 2 dp + 1.
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk) {
+                const unsigned pa[4] = {Op<T>::pack(s[2 * kk][0], s[2 * kk][1]),
+                                        Op<T>::pack(s[2 * kk][2], s[2 * kk][3]),
+                                        Op<T>::pack(s[2 * kk + 1][0], s[2 * kk + 1][1]),
+                                        Op<T>::pack(s[2 * kk + 1][2], s[2 * kk + 1][3])};
+#pragma unroll
+                for (int dp = 0; dp < D / 16; ++dp) {
+                    unsigned vb[4];
+                    ldsm_x4_trans(vb, smem_addr(Vt + (kk * 16 + (lane & 7) + ((lane >> 3) & 1) * 8) * LD + dp * 16 +
+                                                (lane >> 4) * 8));
+                    mma16816<T>(o[2 * dp], pa, vb[0], vb[1]);
+                    mma16816<T>(o[2 * dp + 1], pa, vb[2], vb[3]);
+                }
+            }
+        }
+        __syncthreads();  // every warp is done with stage j & 1 before iteration j + 1 refills it
+    }
+
+    // O / l, rows past the sequence end not written. out is contiguous [B, H, S, D].
+    T* oh = out + (long long)bh * seq * D;
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = l_row[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = qw + g + 8 * r;
+        if (row < seq) {
+#pragma unroll
+            for (int dt = 0; dt < D / 8; ++dt)
+                *reinterpret_cast<unsigned*>(oh + (long long)row * D + dt * 8 + 2 * t) =
+                    Op<T>::pack(o[dt][2 * r] * inv, o[dt][2 * r + 1] * inv);
+        }
+    }
+}
+}  // namespace fa2
+
+#define FA2_KERNEL(SUFFIX, T)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(fa2::THREADS, MIN_BLOCKS) flash_attention_mma_##SUFFIX(       \
+        T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,        \
+        int heads, int kv_heads, int seq, int causal, float scale_log2, long long qsb, long long qsh,           \
+        long long qss, long long ksb, long long ksh, long long kss, long long vsb, long long vsh,               \
+        long long vss) {                                                                                       \
+        fa2::attention<T>(out, q, k, v, heads, kv_heads, seq, causal, scale_log2, qsb, qsh, qss, ksb, ksh, kss, \
+                          vsb, vsh, vss);                                                                      \
+    }
+FA2_KERNEL(f16, __half)
+FA2_KERNEL(bf16, __nv_bfloat16)
+
+// ================= WMMA kernel: fp32 (TF32), and every dtype when VARIANT is "wmma" =================
+// Scores and P go through shared memory; 48 KiB of static shared memory, own tiles (WMMA_WARPS, WMMA_BLOCK_N).
+namespace wmma_fa {
 using namespace nvcuda;
 
 template <typename T> struct Mma;
@@ -41,20 +316,21 @@ __device__ __forceinline__ void to_tf32(Frag& f) {
 }
 
 constexpr int D = HEAD_DIM;
-constexpr int THREADS = WARPS * 32;
-constexpr int BLOCK_M = 16 * WARPS;
+constexpr int THREADS = WMMA_WARPS * 32;
+constexpr int BLOCK_M = 16 * WMMA_WARPS;
 static_assert(D % 16 == 0 && D <= 128, "HEAD_DIM must be a multiple of 16 and at most 128");
-static_assert(BLOCK_N % 16 == 0, "BLOCK_N must be a multiple of 16");
+static_assert(WMMA_BLOCK_N % 16 == 0, "WMMA_BLOCK_N must be a multiple of 16");
 
 template <typename T>
 struct Layout {
     static constexpr int LDK = D + 16 / (int)sizeof(T);  // 16-byte row padding (WMMA ldm rule)
-    static constexpr int KV = BLOCK_N * LDK * (int)sizeof(T);
-    static constexpr int S = WARPS * 16 * BLOCK_N * 4;
-    static constexpr int P = sizeof(T) == 4 ? 0 : WARPS * 16 * BLOCK_N * (int)sizeof(T);  // fp32: P overwrites S
-    static constexpr int O = WARPS * 16 * 16 * 4;
+    static constexpr int KV = WMMA_BLOCK_N * LDK * (int)sizeof(T);
+    static constexpr int S = WMMA_WARPS * 16 * WMMA_BLOCK_N * 4;
+    // fp32: P overwrites S
+    static constexpr int P = sizeof(T) == 4 ? 0 : WMMA_WARPS * 16 * WMMA_BLOCK_N * (int)sizeof(T);
+    static constexpr int O = WMMA_WARPS * 16 * 16 * 4;
     static constexpr int BYTES = 2 * KV + S + P + O;
-    static_assert(BYTES <= 48 * 1024, "tiles exceed 48 KiB of static shared memory: lower WARPS or BLOCK_N");
+    static_assert(BYTES <= 48 * 1024, "tiles exceed 48 KiB of static shared memory: lower WMMA_TILES");
 };
 
 template <typename T>
@@ -65,7 +341,7 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
     using In = typename Mma<T>::In;
     constexpr int MK = Mma<T>::K;
     constexpr int VEC = 16 / (int)sizeof(T);
-    constexpr int CPL = BLOCK_N / 2;  // score columns per lane: two lanes per row
+    constexpr int CPL = WMMA_BLOCK_N / 2;  // score columns per lane: two lanes per row
     __shared__ __align__(128) unsigned char smem[L::BYTES];
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
@@ -77,9 +353,9 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
 
     T* Ks = reinterpret_cast<T*>(smem);
     T* Vs = reinterpret_cast<T*>(smem + L::KV);
-    float* Sw = reinterpret_cast<float*>(smem + 2 * L::KV) + warp * 16 * BLOCK_N;
+    float* Sw = reinterpret_cast<float*>(smem + 2 * L::KV) + warp * 16 * WMMA_BLOCK_N;
     T* Pw = sizeof(T) == 4 ? reinterpret_cast<T*>(Sw)
-                           : reinterpret_cast<T*>(smem + 2 * L::KV + L::S) + warp * 16 * BLOCK_N;
+                           : reinterpret_cast<T*>(smem + 2 * L::KV + L::S) + warp * 16 * WMMA_BLOCK_N;
     float* Ow = reinterpret_cast<float*>(smem + 2 * L::KV + L::S + L::P) + warp * 256;
 
     // This warp's 16 query rows as WMMA fragments (staged through Ow, zero past the sequence end).
@@ -103,9 +379,9 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
 
     const int kend = causal ? min(seq, q0 + BLOCK_M) : seq;
-    for (int k0 = 0; k0 < kend; k0 += BLOCK_N) {
+    for (int k0 = 0; k0 < kend; k0 += WMMA_BLOCK_N) {
         __syncthreads();  // every warp is done with the previous K/V tile
-        for (int idx = threadIdx.x; idx < BLOCK_N * D / VEC; idx += THREADS) {
+        for (int idx = threadIdx.x; idx < WMMA_BLOCK_N * D / VEC; idx += THREADS) {
             const int r = idx / (D / VEC), c = (idx % (D / VEC)) * VEC, key = k0 + r;
             Vec<T, VEC> kv, vv;
             if (key < seq) {
@@ -120,9 +396,9 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
         }
         __syncthreads();
 
-        // S = Q K^T (16 x BLOCK_N for this warp), fp32 accumulate.
+        // S = Q K^T (16 x WMMA_BLOCK_N for this warp), fp32 accumulate.
 #pragma unroll
-        for (int nf = 0; nf < BLOCK_N / 16; ++nf) {
+        for (int nf = 0; nf < WMMA_BLOCK_N / 16; ++nf) {
             wmma::fragment<wmma::accumulator, 16, 16, MK, float> s;
             wmma::fill_fragment(s, 0.f);
 #pragma unroll
@@ -132,7 +408,7 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
                 if constexpr (sizeof(T) == 4) to_tf32(kb);
                 wmma::mma_sync(s, qf[c], kb, s);
             }
-            wmma::store_matrix_sync(Sw + nf * 16, s, BLOCK_N, wmma::mem_row_major);
+            wmma::store_matrix_sync(Sw + nf * 16, s, WMMA_BLOCK_N, wmma::mem_row_major);
         }
         __syncwarp();
 
@@ -143,7 +419,7 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
         for (int t = 0; t < CPL; ++t) {
             const int col = half * CPL + t, key = k0 + col;
             const bool keep = key < seq && (!causal || key <= qi);
-            sv[t] = keep ? Sw[my_row * BLOCK_N + col] * scale_log2 : -INFINITY;
+            sv[t] = keep ? Sw[my_row * WMMA_BLOCK_N + col] * scale_log2 : -INFINITY;
             mx = fmaxf(mx, sv[t]);
         }
         mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, 1));
@@ -154,7 +430,7 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
         for (int t = 0; t < CPL; ++t) {
             const float p = (sv[t] == -INFINITY) ? 0.f : exp2f(sv[t] - m_new);
             psum += p;
-            Pw[my_row * BLOCK_N + half * CPL + t] = from_float<T>(p);
+            Pw[my_row * WMMA_BLOCK_N + half * CPL + t] = from_float<T>(p);
         }
         psum += __shfl_xor_sync(0xffffffffu, psum, 1);
         l_i = l_i * alpha + psum;
@@ -169,10 +445,10 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
             wmma::fragment<wmma::accumulator, 16, 16, MK, float> pv;
             wmma::fill_fragment(pv, 0.f);
 #pragma unroll
-            for (int kn = 0; kn < BLOCK_N; kn += MK) {
+            for (int kn = 0; kn < WMMA_BLOCK_N; kn += MK) {
                 wmma::fragment<wmma::matrix_a, 16, 16, MK, In, wmma::row_major> pa;
                 wmma::fragment<wmma::matrix_b, 16, 16, MK, In, wmma::row_major> vb;
-                wmma::load_matrix_sync(pa, Pw + kn, BLOCK_N);
+                wmma::load_matrix_sync(pa, Pw + kn, WMMA_BLOCK_N);
                 wmma::load_matrix_sync(vb, Vs + kn * L::LDK + dc * 16, L::LDK);
                 if constexpr (sizeof(T) == 4) { to_tf32(pa); to_tf32(vb); }
                 wmma::mma_sync(pv, pa, vb, pv);
@@ -194,33 +470,51 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
             for (int t = 0; t < 8; ++t) orow[dc * 16 + half * 8 + t] = from_float<T>(o[dc * 8 + t] * inv);
     }
 }
+}  // namespace wmma_fa
 
-#define ATTN_KERNEL(SUFFIX, T)                                                                                \
-    extern "C" __global__ void __launch_bounds__(THREADS) flash_attention_##SUFFIX(                          \
+#define WMMA_KERNEL(SUFFIX, T)                                                                                 \
+    extern "C" __global__ void __launch_bounds__(wmma_fa::THREADS) flash_attention_wmma_##SUFFIX(             \
         T* __restrict__ out, const T* __restrict__ q, const T* __restrict__ k, const T* __restrict__ v,      \
         int heads, int kv_heads, int seq, int causal, float scale_log2) {                                    \
-        attention<T>(out, q, k, v, heads, kv_heads, seq, causal, scale_log2);                                \
+        wmma_fa::attention<T>(out, q, k, v, heads, kv_heads, seq, causal, scale_log2);                       \
     }
-ATTN_KERNEL(f32, float)
-ATTN_KERNEL(f16, __half)
-ATTN_KERNEL(bf16, __nv_bfloat16)
+WMMA_KERNEL(f32, float)
+WMMA_KERNEL(f16, __half)
+WMMA_KERNEL(bf16, __nv_bfloat16)
 """
 
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+_KERNELS = ["flash_attention_mma_f16", "flash_attention_mma_bf16",
+            *(f"flash_attention_wmma_{s}" for s in _SUFFIX.values())]
 
 
 def _defines(head_dim):
-    return {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"]}
+    return {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
+            "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES}
 
 
 def cuda_builds():
     """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
-    return [(CUDA_SOURCE, _defines(d), [f"flash_attention_{s}" for s in _SUFFIX.values()]) for d in HEAD_DIMS]
+    return [(CUDA_SOURCE, _defines(d), list(_KERNELS)) for d in HEAD_DIMS]
+
+
+def _shared_bytes(head_dim):
+    """Dynamic shared memory of the mma kernel: two stages of K and V with the Q tile on stage 1 (rows padded by 8)."""
+    rows = max(4 * CONFIG["BLOCK_N"], 2 * CONFIG["BLOCK_N"] + 16 * CONFIG["WARPS"])
+    return rows * (head_dim + 8) * 2
 
 
 def _aligned(t):
     t = t.contiguous()
     return t if t.data_ptr() % 16 == 0 else t.clone()  # 16-byte vector loads need 16-byte aligned rows
+
+
+def _rows_aligned(t):
+    """t itself when every row the mma kernel copies (16 bytes per cp.async) starts 16-byte aligned, else a copy."""
+    es = t.element_size()
+    ok = (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
+          and all(st * es % 16 == 0 for st, n in zip(t.stride()[:3], t.shape[:3], strict=True) if n > 1))
+    return t if ok else _aligned(t)
 
 
 def kernel_fn(q, k, v, causal, sm_scale):
@@ -230,14 +524,25 @@ def kernel_fn(q, k, v, causal, sm_scale):
         raise ValueError(f"head dim D={d} is not supported by this kernel: use one of {HEAD_DIMS}")
     if h % hkv:
         raise ValueError(f"H={h} is not a multiple of Hkv={hkv}")
-    qc, kc, vc = _aligned(q), _aligned(k.to(q.dtype)), _aligned(v.to(q.dtype))
-    out = torch.empty_like(qc)
+    k, v = k.to(q.dtype), v.to(q.dtype)
+    out = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)  # contiguous: the kernels write [B, H, S, D]
     if b * h * s == 0:
         return out
-    kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_{_SUFFIX[q.dtype]}", defines=_defines(d),
+    common = (nvrtc.i32(h), nvrtc.i32(hkv), nvrtc.i32(s), nvrtc.i32(int(bool(causal))),
+              nvrtc.f32(float(sm_scale) * math.log2(math.e)))
+    if CONFIG["VARIANT"] == "mma" and q.dtype in (torch.float16, torch.bfloat16):
+        qc, kc, vc = _rows_aligned(q), _rows_aligned(k), _rows_aligned(v)
+        strides = [nvrtc.i64(st) for t in (qc, kc, vc) for st in t.stride()[:3]]  # batch, head, row (elements)
+        kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_mma_{_SUFFIX[q.dtype]}", defines=_defines(d),
+                                      source_name="flash_attention.cu")
+        block_m = 16 * CONFIG["WARPS"]
+        nvrtc.launch(kernel, grid=(math.ceil(s / block_m), b * h), block=(32 * CONFIG["WARPS"],),
+                     args=(out, qc, kc, vc, *common, *strides), shared_mem=_shared_bytes(d))
+        return out
+    qc, kc, vc = _aligned(q), _aligned(k), _aligned(v)
+    kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wmma_{_SUFFIX[q.dtype]}", defines=_defines(d),
                                   source_name="flash_attention.cu")
-    block_m = 16 * CONFIG["WARPS"]
-    nvrtc.launch(kernel, grid=(math.ceil(s / block_m), b * h), block=(32 * CONFIG["WARPS"],),
-                 args=(out, qc, kc, vc, nvrtc.i32(h), nvrtc.i32(hkv), nvrtc.i32(s), nvrtc.i32(int(bool(causal))),
-                       nvrtc.f32(float(sm_scale) * math.log2(math.e))))
+    block_m = 16 * WMMA_TILES["WMMA_WARPS"]
+    nvrtc.launch(kernel, grid=(math.ceil(s / block_m), b * h), block=(32 * WMMA_TILES["WMMA_WARPS"],),
+                 args=(out, qc, kc, vc, *common))
     return out

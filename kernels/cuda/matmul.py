@@ -1,12 +1,20 @@
-"""Matmul a[M,K] @ b[K,N], CUDA C++ (NVRTC): tensor cores through WMMA, shared-memory tiles, register prefetch.
+"""Matmul a[M,K] @ b[K,N], CUDA C++ (NVRTC): fp16/bf16 through a cp.async + ldmatrix + mma.sync pipeline.
 
-Each block computes a BM x BN tile of the output with WARPS_M x WARPS_N warps; each warp owns a
-(BM/WARPS_M) x (BN/WARPS_N) sub-tile of 16x16 WMMA accumulators in fp32. bf16/fp16 use the
-m16n16k16 tensor-core shape; fp32 inputs use TF32 (m16n16k8; rel. error ~3e-4, inside the GEMM
-tolerance). The next K-slice is fetched into registers (16-byte loads) while the tensor cores
-work on the current one. Ragged edges are zero-filled, so any M, N, K works.
-This is a plain WMMA (mma.sync) kernel: it does not use Hopper's wgmma/TMA, so expect well below
-cuBLAS on H100/H200 (see docs/cuda-backend.md).
+fp16 / bf16 (VARIANT "mma"): each block computes a BM x BN output tile (default 128 x 256) with
+WARPS_M x WARPS_N warps (2 x 4: warp tile 64 x 64 = 4 x 8 mma.m16n8k16 fragments, fp32 accumulators).
+K is walked in BK-deep slices (32) through a STAGES-deep ring (4) in dynamic shared memory, filled by
+16-byte cp.async.cg copies (one commit group a slice, wait_group STAGES-2), so STAGES - 1 slices are
+in flight while the tensor cores work. Fragments come from shared memory through ldmatrix.x4 (.trans
+for a row-major b); each tile row's 16-byte chunks are XOR-swizzled so every ldmatrix is free of bank
+conflicts; blocks run in groups of GROUP_M row panels so that neighbouring blocks share panels in L2.
+b is read in place in both of its common layouts: row-major [K,N] (b.stride(1) == 1) and transposed
+([N,K] rows, b.stride(0) == 1: x @ W.T with an nn.Linear weight) are two kernels ("nn", "nt").
+Ragged M/N/K edges are zero-filled by cp.async's src-size operand, so any M, N, K works; cp.async needs
+16-byte aligned rows, so an operand whose row length or stride is not a multiple of 8 elements (K = 777,
+a slice of a wider buffer) is first copied into zero-padded rows (a small extra cost on odd shapes only).
+fp32 (TF32 m16n16k8 WMMA, rel. error ~3e-4, inside the GEMM tolerance) and VARIANT "wmma" use the older
+WMMA kernel: 128 x 128 x 32 tiles, one static shared-memory stage refilled from registers, contiguous
+copies of a and b. This is Ampere-style mma.sync (no Hopper wgmma/TMA): expect below cuBLAS on H100/H200.
 """
 
 import math
@@ -17,13 +25,218 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "matmul"
 BACKEND = "cuda"
-CONFIG = {"BM": 128, "BN": 128, "BK": 32, "WARPS_M": 2, "WARPS_N": 4}
-SEARCH_SPACE = {"BM": [64, 128], "BN": [64, 128], "BK": [16, 32], "WARPS_M": [1, 2, 4], "WARPS_N": [2, 4]}
+# TILE = "BMxBN_WARPS_MxWARPS_N" lists only tiles whose warp tile is <= 64 x 64: <= 128 fp32 accumulators a
+# thread, which nvcc 13 (sm_90) builds without spills for every TILE x BK (ptxas -v: 97-254 registers).
+# Default 128x256 / 8 warps: 64x64 warp tiles (4 A + 4 B ldmatrix.x4 feed 32 mma per 16-deep K step), one
+# block an SM (234 registers), 24 KiB a stage at BK 32, so 4 stages = 96 KiB. STAGES is a ceiling: the
+# launcher lowers it to fit 227 KiB (256x128 or 128x256 at BK 64: 48 KiB a stage, at most 4). GROUP_M 8:
+# 8 row panels of tiles run column by column, so a B panel is read from DRAM about once per 8 block rows.
+CONFIG = {"VARIANT": "mma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8}
+SEARCH_SPACE = {
+    "VARIANT": ["wmma", "mma"],
+    "TILE": ["64x64_2x2", "128x64_2x2", "64x128_2x2", "128x128_2x2", "128x128_2x4", "128x256_2x4", "256x128_4x2"],
+    "BK": [32, 64],
+    "STAGES": [2, 3, 4, 5],
+    "GROUP_M": [1, 4, 8, 16],
+}
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
+// ================= Part 1: fp16 / bf16 -- cp.async pipeline + ldmatrix + mma.sync.m16n8k16 ==================
+// Defines: BM, BN (block tile), BK (K slice a stage), WARPS_M x WARPS_N warps, STAGES (shared-memory ring), GROUP_M.
+constexpr int MMA_THREADS = WARPS_M * WARPS_N * 32;
+constexpr int WTM = BM / WARPS_M;  // warp tile rows
+constexpr int WTN = BN / WARPS_N;  // warp tile cols
+constexpr int MI = WTM / 16;       // m16 fragments a warp (rows)
+constexpr int NI = WTN / 8;        // n8 fragments a warp (cols); ldmatrix.x4 fetches two at a time
+static_assert(WTM % 16 == 0 && WTN % 16 == 0, "warp tile must be a multiple of 16 x 16");
+static_assert(BK % 16 == 0 && BN % 8 == 0, "BK: multiple of 16 (one mma K step); BN: of 8 (16-byte chunks)");
+static_assert(STAGES >= 2, "the pipeline needs at least two stages");
+
+// Element offset of 16-byte chunk c of row r in a tile of CPR chunks a row. The chunk index is XORed
+// with bits of the row so that the 8 row addresses of one ldmatrix 8x8 matrix (8 consecutive rows,
+// same logical chunk) land in 8 different 16-byte bank groups of a 128-byte line: conflict-free.
+// CPR >= 8: c ^ (r & 7) (flips the low 3 bits; stays in the row). CPR = 4 (64-byte rows, two rows a
+// line): group = 4 * (r & 1) + (c ^ ((r >> 1) & 3)), 8 distinct values for r = 0..7. CPR = 2 likewise.
+template <int CPR>
+__device__ __forceinline__ int swz(int r, int c) {
+    static_assert(CPR % 8 == 0 || CPR == 4 || CPR == 2, "tile rows of 2, 4 or 8k chunks");
+    if constexpr (CPR % 8 == 0) {
+        return (r * CPR + (c ^ (r & 7))) * 8;
+    } else if constexpr (CPR == 4) {
+        return (r * 4 + (c ^ ((r >> 1) & 3))) * 8;
+    } else {
+        return (r * 2 + (c ^ ((r >> 2) & 1))) * 8;
+    }
+}
+
+// Two adjacent outputs as one 4-byte store (the caller checks alignment and bounds).
+__device__ __forceinline__ void store2(__half* p, float x, float y) {
+    *reinterpret_cast<__half2*>(p) = __floats2half2_rn(x, y);
+}
+__device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
+    *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
+}
+
+// out[m,n] (contiguous) = a[m,k] (row stride lda) @ b. B_KMAJOR = false: b[k,n] with row stride ldb (n
+// contiguous). B_KMAJOR = true: b given as its transpose, rows of k: element (kk, nn) at b[nn * ldb + kk]
+// (x @ W.T with W an nn.Linear weight). Needs lda, ldb multiples of 8 elements and 16-byte aligned bases.
+template <typename T, bool B_KMAJOR>
+__device__ __forceinline__ void mma_gemm(T* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b, int m,
+                                         int n, int k, long long lda, long long ldb) {
+    static_assert(sizeof(T) == 2, "16-bit inputs only (src-size arithmetic below counts 2 bytes an element)");
+    constexpr int A_CPR = BK / 8;                        // 16-byte chunks a row of the A tile [BM][BK]
+    constexpr int B_CPR = B_KMAJOR ? BK / 8 : BN / 8;    // B tile: [BN][BK] (k-major) or [BK][BN]
+    constexpr int A_CHUNKS = BM * BK / 8, B_CHUNKS = BN * BK / 8;
+    constexpr int A_ELEMS = BM * BK, STAGE_ELEMS = (BM + BN) * BK;
+    extern __shared__ __align__(128) unsigned char dsmem[];  // STAGES * STAGE_ELEMS elements (launcher sizes it)
+    const unsigned sbase = smem_addr(dsmem);  // 32-bit shared-space addresses: cheaper than generic pointers
+    constexpr int E = sizeof(T);               // bytes an element: swz() offsets are in elements
+
+    // Grouped block order: GROUP_M row panels of tiles run column by column, so consecutive blocks share
+    // the same B panel and a few A panels while they are in L2 (block id -> (tile_m, tile_n)).
+    const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
+    const int per_group = GROUP_M * tiles_n;
+    const int first_m = (blockIdx.x / per_group) * GROUP_M;
+    const int group_rows = min(tiles_m - first_m, GROUP_M);
+    const int in_group = blockIdx.x % per_group;
+    const int bm = (first_m + in_group % group_rows) * BM;
+    const int bn = (in_group / group_rows) * BN;
+
+    auto load_stage = [&](int stage, int k0) {
+        const unsigned As = sbase + stage * (STAGE_ELEMS * E);
+        const unsigned Bs = As + A_ELEMS * E;
+#pragma unroll
+        for (int p = 0; p < (A_CHUNKS + MMA_THREADS - 1) / MMA_THREADS; ++p) {
+            const int idx = threadIdx.x + p * MMA_THREADS;
+            if (A_CHUNKS % MMA_THREADS == 0 || idx < A_CHUNKS) {
+                const int r = idx / A_CPR, c = idx % A_CPR;
+                const int gr = bm + r, gk = k0 + c * 8;
+                const bool in = gr < m && gk < k;
+                cp_async16(As + E * swz<A_CPR>(r, c), in ? a + gr * lda + gk : a, in ? min(16, (k - gk) * 2) : 0);
+            }
+        }
+#pragma unroll
+        for (int p = 0; p < (B_CHUNKS + MMA_THREADS - 1) / MMA_THREADS; ++p) {
+            const int idx = threadIdx.x + p * MMA_THREADS;
+            if (B_CHUNKS % MMA_THREADS == 0 || idx < B_CHUNKS) {
+                const int r = idx / B_CPR, c = idx % B_CPR;
+                if constexpr (B_KMAJOR) {  // row r = column bn + r of the output, chunk c = k0 + 8c..
+                    const int gn = bn + r, gk = k0 + c * 8;
+                    const bool in = gn < n && gk < k;
+                    cp_async16(Bs + E * swz<B_CPR>(r, c), in ? b + gn * ldb + gk : b, in ? min(16, (k - gk) * 2) : 0);
+                } else {  // row r = k0 + r, chunk c = columns bn + 8c..
+                    const int gk = k0 + r, gn = bn + c * 8;
+                    const bool in = gk < k && gn < n;
+                    cp_async16(Bs + E * swz<B_CPR>(r, c), in ? b + gk * ldb + gn : b, in ? min(16, (n - gn) * 2) : 0);
+                }
+            }
+        }
+    };
+
+    const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
+    const int wm = (warp / WARPS_N) * WTM, wn = (warp % WARPS_N) * WTN;
+    float acc[MI][NI][4];
+#pragma unroll
+    for (int i = 0; i < MI; ++i)
+#pragma unroll
+        for (int j = 0; j < NI; ++j)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) acc[i][j][e] = 0.f;
+
+    // Pipeline: STAGES - 1 slices in flight before the first mma. Exactly one commit group per slice
+    // (empty past the end), so at iteration kt groups 0..kt+STAGES-2 exist and wait_group<STAGES-2>
+    // leaves at most STAGES-2 pending: slice kt has landed (for this thread; the barrier then makes every
+    // thread's copies visible and retires all reads of the stage refilled next, read at kt-1).
+    const int ktiles = (k + BK - 1) / BK;
+#pragma unroll
+    for (int s = 0; s < STAGES - 1; ++s) {
+        if (s < ktiles) load_stage(s, s * BK);
+        cp_async_commit();
+    }
+    for (int kt = 0; kt < ktiles; ++kt) {
+        cp_async_wait<STAGES - 2>();
+        __syncthreads();
+        const int next = kt + STAGES - 1;
+        if (next < ktiles) load_stage(next % STAGES, next * BK);
+        cp_async_commit();
+
+        const unsigned As = sbase + (kt % STAGES) * (STAGE_ELEMS * E);
+        const unsigned Bs = As + A_ELEMS * E;
+#pragma unroll
+        for (int ks = 0; ks < BK / 16; ++ks) {
+            unsigned af[MI][4], bf[NI][2];
+            // A 16x16 at rows wm+16i: lane l addresses row (l & 15), k chunk 2ks + (l >> 4): matrices
+            // 0..3 = (rows 0-7, k 0-7), (rows 8-15, k 0-7), (rows 0-7, k 8-15), (rows 8-15, k 8-15) = a0..a3 regs.
+#pragma unroll
+            for (int i = 0; i < MI; ++i) {
+                ldsm_x4(af[i], As + E * swz<A_CPR>(wm + i * 16 + (lane & 15), 2 * ks + (lane >> 4)));
+            }
+#pragma unroll
+            for (int jj = 0; jj < NI / 2; ++jj) {
+                unsigned r[4];
+                if constexpr (B_KMAJOR) {
+                    // Bs[n][k]: plain ldmatrix; lane l: n row (l & 7) + 8 (l >> 4), k chunk 2ks + ((l >> 3) & 1):
+                    // matrices = (n 0-7, k 0-7), (n 0-7, k 8-15), (n 8-15, k 0-7), (n 8-15, k 8-15).
+                    const int row = wn + jj * 16 + (lane & 7) + ((lane >> 4) << 3);
+                    ldsm_x4(r, Bs + E * swz<B_CPR>(row, 2 * ks + ((lane >> 3) & 1)));
+                } else {
+                    // Bs[k][n]: .trans; lane l: k row 16ks + (l & 15), n chunk (wn + 16jj) / 8 + (l >> 4):
+                    // matrices = (k 0-7, n 0-7), (k 8-15, n 0-7), (k 0-7, n 8-15), (k 8-15, n 8-15).
+                    ldsm_x4_trans(r, Bs + E * swz<B_CPR>(ks * 16 + (lane & 15), (wn + jj * 16) / 8 + (lane >> 4)));
+                }
+                bf[2 * jj][0] = r[0];
+                bf[2 * jj][1] = r[1];
+                bf[2 * jj + 1][0] = r[2];
+                bf[2 * jj + 1][1] = r[3];
+            }
+#pragma unroll
+            for (int i = 0; i < MI; ++i)
+#pragma unroll
+                for (int j = 0; j < NI; ++j) mma16816<T>(acc[i][j], af[i], bf[j][0], bf[j][1]);
+        }
+    }
+    cp_async_wait<0>();  // only empty groups can remain; drain them before the block exits
+
+    // Epilogue straight from the accumulators: lane holds C[g][2t..2t+1] and C[g+8][2t..2t+1] of each
+    // 16x8 fragment; pairs go out as one 4-byte store when n is even (then 2t-aligned columns are too).
+    const bool pairs = (n & 1) == 0;
+#pragma unroll
+    for (int i = 0; i < MI; ++i) {
+#pragma unroll
+        for (int j = 0; j < NI; ++j) {
+            const int col = bn + wn + j * 8 + (lane & 3) * 2;
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = bm + wm + i * 16 + (lane >> 2) + h * 8;
+                if (row >= m || col >= n) continue;
+                T* o = out + (long long)row * n + col;
+                if (pairs) {
+                    store2(o, acc[i][j][2 * h], acc[i][j][2 * h + 1]);
+                } else {
+                    o[0] = from_float<T>(acc[i][j][2 * h]);
+                    if (col + 1 < n) o[1] = from_float<T>(acc[i][j][2 * h + 1]);
+                }
+            }
+        }
+    }
+}
+
+#define MMA_KERNEL(NAME, T, B_KMAJOR)                                                                              \
+    extern "C" __global__ void __launch_bounds__(MMA_THREADS, 1) matmul_mma_##NAME(                                \
+        T* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b, int m, int n, int k, long long lda, \
+        long long ldb) {                                                                                           \
+        mma_gemm<T, B_KMAJOR>(out, a, b, m, n, k, lda, ldb);                                                       \
+    }
+MMA_KERNEL(f16_nn, __half, false)
+MMA_KERNEL(f16_nt, __half, true)
+MMA_KERNEL(bf16_nn, __nv_bfloat16, false)
+MMA_KERNEL(bf16_nt, __nv_bfloat16, true)
+
+// ================= Part 2: WMMA (fp32 as TF32; also fp16/bf16 under VARIANT "wmma") ==========================
+// Defines: WMMA_BM, WMMA_BN, WMMA_BK, WMMA_WARPS_M, WMMA_WARPS_N (fixed in the launcher: _WMMA).
 #include <mma.h>
 using namespace nvcuda;
 
@@ -33,37 +246,38 @@ template <> struct Mma<__half> { using In = __half; static constexpr int K = 16;
 template <> struct Mma<__nv_bfloat16> { using In = __nv_bfloat16; static constexpr int K = 16; };
 template <> struct Mma<float> { using In = wmma::precision::tf32; static constexpr int K = 8; };
 
-constexpr int WARPS = WARPS_M * WARPS_N;
-constexpr int THREADS = WARPS * 32;
-constexpr int WM = BM / WARPS_M;  // warp tile
-constexpr int WN = BN / WARPS_N;
-constexpr int FM = WM / 16;
-constexpr int FN = WN / 16;
-static_assert(BM % (16 * WARPS_M) == 0 && BN % (16 * WARPS_N) == 0, "BM, BN must be multiples of 16 * warps");
-static_assert(BK % 16 == 0, "BK must be a multiple of 16");
+constexpr int WMMA_WARPS = WMMA_WARPS_M * WMMA_WARPS_N;
+constexpr int WMMA_THREADS = WMMA_WARPS * 32;
+constexpr int WMMA_WM = WMMA_BM / WMMA_WARPS_M;  // warp tile
+constexpr int WMMA_WN = WMMA_BN / WMMA_WARPS_N;
+constexpr int WMMA_FM = WMMA_WM / 16;
+constexpr int WMMA_FN = WMMA_WN / 16;
+static_assert(WMMA_BM % (16 * WMMA_WARPS_M) == 0 && WMMA_BN % (16 * WMMA_WARPS_N) == 0,
+              "WMMA_BM, WMMA_BN must be multiples of 16 * warps");
+static_assert(WMMA_BK % 16 == 0, "WMMA_BK must be a multiple of 16");
 
 template <typename T>
 struct Smem {
     static constexpr int PAD = 16 / sizeof(T);  // 16-byte row padding: WMMA ldm rule, fewer bank conflicts
-    static constexpr int LDA = BK + PAD;
-    static constexpr int LDB = BN + PAD;
-    static constexpr int TILES = (BM * LDA + BK * LDB) * (int)sizeof(T);
-    static constexpr int STAGE = WARPS * 256 * 4;  // epilogue staging, reuses the tile memory
+    static constexpr int LDA = WMMA_BK + PAD;
+    static constexpr int LDB = WMMA_BN + PAD;
+    static constexpr int TILES = (WMMA_BM * LDA + WMMA_BK * LDB) * (int)sizeof(T);
+    static constexpr int STAGE = WMMA_WARPS * 256 * 4;  // epilogue staging, reuses the tile memory
     static constexpr int BYTES = TILES > STAGE ? TILES : STAGE;
-    static_assert(BYTES <= 48 * 1024, "tiles exceed 48 KiB of static shared memory: lower BM, BN or BK");
+    static_assert(BYTES <= 48 * 1024, "tiles exceed 48 KiB of static shared memory: lower WMMA_BM/BN/BK");
 };
 
 template <typename T, int VEC, int R, int C>
 struct TileLoader {
     static constexpr int VECS = R * C / VEC;
-    static constexpr int PER = (VECS + THREADS - 1) / THREADS;
+    static constexpr int PER = (VECS + WMMA_THREADS - 1) / WMMA_THREADS;
     Vec<T, VEC> reg[PER];
 
     // Rows [r0, r0 + R) x cols [c0, c0 + C) of a row-major rows x cols matrix; zeros outside.
     __device__ __forceinline__ void fetch(const T* __restrict__ src, int rows, int cols, int r0, int c0) {
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
-            const int idx = threadIdx.x + p * THREADS;
+            const int idx = threadIdx.x + p * WMMA_THREADS;
             const int r = idx / (C / VEC), c = (idx % (C / VEC)) * VEC;
             const int gr = r0 + r, gc = c0 + c;
             if (idx < VECS && gr < rows && gc < cols) {  // VEC divides cols: the vector is all in or all out
@@ -77,7 +291,7 @@ struct TileLoader {
     __device__ __forceinline__ void store(T* dst, int ld) const {
 #pragma unroll
         for (int p = 0; p < PER; ++p) {
-            const int idx = threadIdx.x + p * THREADS;
+            const int idx = threadIdx.x + p * WMMA_THREADS;
             if (idx < VECS) {
                 const int r = idx / (C / VEC), c = (idx % (C / VEC)) * VEC;
                 *reinterpret_cast<Vec<T, VEC>*>(dst + r * ld + c) = reg[p];
@@ -94,54 +308,54 @@ __device__ __forceinline__ void matmul_tile(T* __restrict__ out, const T* __rest
     constexpr int MK = Mma<T>::K;
     __shared__ __align__(128) unsigned char smem[S::BYTES];
     T* As = reinterpret_cast<T*>(smem);
-    T* Bs = As + BM * S::LDA;  // BM * LDA * sizeof(T) is a multiple of 32 bytes (WMMA pointer alignment)
+    T* Bs = As + WMMA_BM * S::LDA;  // WMMA_BM * LDA * sizeof(T): a multiple of 32 bytes (WMMA pointer alignment)
 
     const int warp = threadIdx.x >> 5, lane = threadIdx.x & 31;
-    const int wm = warp / WARPS_N, wn = warp % WARPS_N;
-    const int bm = blockIdx.y * BM, bn = blockIdx.x * BN;
+    const int wm = warp / WMMA_WARPS_N, wn = warp % WMMA_WARPS_N;
+    const int bm = blockIdx.y * WMMA_BM, bn = blockIdx.x * WMMA_BN;
 
-    wmma::fragment<wmma::accumulator, 16, 16, MK, float> acc[FM][FN];
+    wmma::fragment<wmma::accumulator, 16, 16, MK, float> acc[WMMA_FM][WMMA_FN];
 #pragma unroll
-    for (int i = 0; i < FM; ++i)
+    for (int i = 0; i < WMMA_FM; ++i)
 #pragma unroll
-        for (int j = 0; j < FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
+        for (int j = 0; j < WMMA_FN; ++j) wmma::fill_fragment(acc[i][j], 0.f);
 
-    TileLoader<T, VEC, BM, BK> la;
-    TileLoader<T, VEC, BK, BN> lb;
+    TileLoader<T, VEC, WMMA_BM, WMMA_BK> la;
+    TileLoader<T, VEC, WMMA_BK, WMMA_BN> lb;
     la.fetch(a, m, k, bm, 0);
     lb.fetch(b, k, n, 0, bn);
-    for (int k0 = 0; k0 < k; k0 += BK) {
+    for (int k0 = 0; k0 < k; k0 += WMMA_BK) {
         la.store(As, S::LDA);
         lb.store(Bs, S::LDB);
         __syncthreads();
-        if (k0 + BK < k) {  // next slice in flight while the tensor cores work
-            la.fetch(a, m, k, bm, k0 + BK);
-            lb.fetch(b, k, n, k0 + BK, bn);
+        if (k0 + WMMA_BK < k) {  // next slice in flight while the tensor cores work
+            la.fetch(a, m, k, bm, k0 + WMMA_BK);
+            lb.fetch(b, k, n, k0 + WMMA_BK, bn);
         }
 #pragma unroll
-        for (int kk = 0; kk < BK; kk += MK) {
-            wmma::fragment<wmma::matrix_a, 16, 16, MK, In, wmma::row_major> fa[FM];
-            wmma::fragment<wmma::matrix_b, 16, 16, MK, In, wmma::row_major> fb[FN];
+        for (int kk = 0; kk < WMMA_BK; kk += MK) {
+            wmma::fragment<wmma::matrix_a, 16, 16, MK, In, wmma::row_major> fa[WMMA_FM];
+            wmma::fragment<wmma::matrix_b, 16, 16, MK, In, wmma::row_major> fb[WMMA_FN];
 #pragma unroll
-            for (int i = 0; i < FM; ++i) {
-                wmma::load_matrix_sync(fa[i], As + (wm * WM + i * 16) * S::LDA + kk, S::LDA);
+            for (int i = 0; i < WMMA_FM; ++i) {
+                wmma::load_matrix_sync(fa[i], As + (wm * WMMA_WM + i * 16) * S::LDA + kk, S::LDA);
                 if constexpr (sizeof(T) == 4) {
 #pragma unroll
                     for (int t = 0; t < fa[i].num_elements; ++t) fa[i].x[t] = wmma::__float_to_tf32(fa[i].x[t]);
                 }
             }
 #pragma unroll
-            for (int j = 0; j < FN; ++j) {
-                wmma::load_matrix_sync(fb[j], Bs + kk * S::LDB + wn * WN + j * 16, S::LDB);
+            for (int j = 0; j < WMMA_FN; ++j) {
+                wmma::load_matrix_sync(fb[j], Bs + kk * S::LDB + wn * WMMA_WN + j * 16, S::LDB);
                 if constexpr (sizeof(T) == 4) {
 #pragma unroll
                     for (int t = 0; t < fb[j].num_elements; ++t) fb[j].x[t] = wmma::__float_to_tf32(fb[j].x[t]);
                 }
             }
 #pragma unroll
-            for (int i = 0; i < FM; ++i)
+            for (int i = 0; i < WMMA_FM; ++i)
 #pragma unroll
-                for (int j = 0; j < FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
+                for (int j = 0; j < WMMA_FN; ++j) wmma::mma_sync(acc[i][j], fa[i], fb[j], acc[i][j]);
         }
         __syncthreads();
     }
@@ -150,12 +364,12 @@ __device__ __forceinline__ void matmul_tile(T* __restrict__ out, const T* __rest
     // loop's last __syncthreads() has retired every read of it), then to global with bounds.
     float* Cs = reinterpret_cast<float*>(smem) + warp * 256;
 #pragma unroll
-    for (int i = 0; i < FM; ++i) {
+    for (int i = 0; i < WMMA_FM; ++i) {
 #pragma unroll
-        for (int j = 0; j < FN; ++j) {
+        for (int j = 0; j < WMMA_FN; ++j) {
             wmma::store_matrix_sync(Cs, acc[i][j], 16, wmma::mem_row_major);
             __syncwarp();
-            const int r0 = bm + wm * WM + i * 16, c0 = bn + wn * WN + j * 16;
+            const int r0 = bm + wm * WMMA_WM + i * 16, c0 = bn + wn * WMMA_WN + j * 16;
 #pragma unroll
             for (int e = lane; e < 256; e += 32) {
                 const int r = r0 + e / 16, c = c0 + e % 16;
@@ -168,7 +382,7 @@ __device__ __forceinline__ void matmul_tile(T* __restrict__ out, const T* __rest
 
 #define VEC_OF(T) ((int)(16 / sizeof(T)))
 #define MATMUL_KERNEL(NAME, T, VEC)                                                                          \
-    extern "C" __global__ void __launch_bounds__(THREADS) matmul_##NAME(                                     \
+    extern "C" __global__ void __launch_bounds__(WMMA_THREADS) matmul_##NAME(                                \
         T* __restrict__ out, const T* __restrict__ a, const T* __restrict__ b, int m, int n, int k) {        \
         matmul_tile<T, VEC>(out, a, b, m, n, k);                                                             \
     }
@@ -182,32 +396,113 @@ MATMUL_DTYPE(bf16, __nv_bfloat16)
 """
 
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
+# The WMMA kernel's tile (fixed: the fp32 tiles must fit 48 KiB of static shared memory).
+_WMMA = {"WMMA_BM": 128, "WMMA_BN": 128, "WMMA_BK": 32, "WMMA_WARPS_M": 2, "WMMA_WARPS_N": 4}
+_SHARED_LIMIT = 227 * 1024  # opt-in dynamic shared memory a block on sm_90 (nvrtc.launch opts in)
+
+
+def _tile():
+    """(BM, BN, WARPS_M, WARPS_N) from CONFIG["TILE"], e.g. "128x256_2x4"."""
+    block, warps = CONFIG["TILE"].split("_")
+    bm, bn = (int(v) for v in block.split("x"))
+    wm, wn = (int(v) for v in warps.split("x"))
+    return bm, bn, wm, wn
+
+
+def _stage_bytes():
+    bm, bn, _, _ = _tile()
+    return (bm + bn) * CONFIG["BK"] * 2  # 16-bit elements
+
+
+def _stages():
+    return max(2, min(CONFIG["STAGES"], _SHARED_LIMIT // _stage_bytes()))
 
 
 def _defines():
-    return {k: CONFIG[k] for k in ("BM", "BN", "BK", "WARPS_M", "WARPS_N")}
+    bm, bn, wm, wn = _tile()
+    return {"BM": bm, "BN": bn, "BK": CONFIG["BK"], "WARPS_M": wm, "WARPS_N": wn, "STAGES": _stages(),
+            "GROUP_M": CONFIG["GROUP_M"], **_WMMA}
+
+
+_WMMA_NAMES = [f"matmul_{s}_{v}" for s in _SUFFIX.values() for v in "sv"]
+_MMA_NAMES = [f"matmul_mma_{s}_{lay}" for s in ("f16", "bf16") for lay in ("nn", "nt")]
 
 
 def cuda_builds():
     """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
-    return [(CUDA_SOURCE, _defines(), [f"matmul_{s}_{v}" for s in _SUFFIX.values() for v in "sv"])]
+    return [(CUDA_SOURCE, _defines(), _WMMA_NAMES + _MMA_NAMES)]
+
+
+def _kernel(name):
+    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="matmul.cu")
+
+
+def _rows16(t):
+    """Row stride of a 2-D 16-bit tensor whose rows are unit-stride and 16-byte aligned (cp.async), else None."""
+    rows, cols = t.shape
+    row_stride = t.stride(0) if rows > 1 else 0  # a size-1 dim's stride is never used
+    if (cols == 1 or t.stride(1) == 1) and row_stride % 8 == 0 and t.data_ptr() % 16 == 0:
+        return row_stride
+    return None
+
+
+def _aligned_rows(t):
+    """(t, row stride) when t's rows suit cp.async as they are; else a contiguous copy whose rows are padded
+    with zeros to a multiple of 8 elements (16 bytes). The kernel never reads the padding (bounds are the
+    true K / N), so only odd-sized or unaligned operands pay for this copy."""
+    ld = _rows16(t)
+    if ld is not None:
+        return t, ld
+    rows, cols = t.shape
+    padded = torch.zeros((rows, -(-cols // 8) * 8), dtype=t.dtype, device=t.device)
+    padded[:, :cols] = t
+    return padded, _rows16(padded)
+
+
+def _launch_mma(out, a, b):
+    """The pipelined fp16/bf16 kernel; b is read in place when it is row-major or a transposed row-major W."""
+    m, k = a.shape
+    n = b.shape[1]
+    a, lda = _aligned_rows(a)
+    layout, ldb = "nn", _rows16(b)
+    if ldb is None:
+        layout, ldb = "nt", _rows16(b.t())  # b = W.T with W [N,K] row-major: read W's rows in place
+    if ldb is None:  # copy, keeping b's own major order (a W.T stays k-major)
+        if b.stride(0) < b.stride(1):
+            layout, (b, ldb) = "nt", _aligned_rows(b.t())
+        else:
+            layout, (b, ldb) = "nn", _aligned_rows(b)
+    bm, bn, wm, wn = _tile()
+    kernel = _kernel(f"matmul_mma_{_SUFFIX[a.dtype]}_{layout}")
+    grid = (math.ceil(m / bm) * math.ceil(n / bn),)
+    nvrtc.launch(kernel, grid=grid, block=(wm * wn * 32,), shared_mem=_stages() * _stage_bytes(),
+                 args=(out, a, b, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k), nvrtc.i64(lda), nvrtc.i64(ldb)))
+
+
+def _launch_wmma(out, a, b):
+    m, k = a.shape
+    n = b.shape[1]
+    ac, bc = a.contiguous(), b.contiguous()
+    vec = 16 // a.element_size()
+    aligned = k % vec == 0 and n % vec == 0 and ac.data_ptr() % 16 == 0 and bc.data_ptr() % 16 == 0
+    kernel = _kernel(f"matmul_{_SUFFIX[a.dtype]}_{'v' if aligned else 's'}")
+    threads = _WMMA["WMMA_WARPS_M"] * _WMMA["WMMA_WARPS_N"] * 32
+    grid = (math.ceil(n / _WMMA["WMMA_BN"]), math.ceil(m / _WMMA["WMMA_BM"]))
+    nvrtc.launch(kernel, grid=grid, block=(threads,), args=(out, ac, bc, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))
 
 
 def kernel_fn(a, b):
     m, k = a.shape
     n = b.shape[1]
-    ac = a.contiguous()
-    bc = b.to(a.dtype).contiguous()
+    if b.dtype != a.dtype:
+        b = b.to(a.dtype)
     out = torch.empty((m, n), dtype=a.dtype, device=a.device)
     if m == 0 or n == 0:
         return out
     if k == 0:
         return out.zero_()
-    vec = 16 // a.element_size()
-    aligned = k % vec == 0 and n % vec == 0 and ac.data_ptr() % 16 == 0 and bc.data_ptr() % 16 == 0
-    name = f"matmul_{_SUFFIX[a.dtype]}_{'v' if aligned else 's'}"
-    kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="matmul.cu")
-    threads = CONFIG["WARPS_M"] * CONFIG["WARPS_N"] * 32
-    grid = (math.ceil(n / CONFIG["BN"]), math.ceil(m / CONFIG["BM"]))
-    nvrtc.launch(kernel, grid=grid, block=(threads,), args=(out, ac, bc, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))
+    if a.dtype != torch.float32 and CONFIG["VARIANT"] == "mma":
+        _launch_mma(out, a, b)
+    else:
+        _launch_wmma(out, a, b)
     return out

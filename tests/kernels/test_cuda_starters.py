@@ -78,7 +78,8 @@ def test_starter_imports_only_torch_math_and_nvrtc(kernel_type):
 
 
 PRELUDE_DEFINITIONS = ("float to_float(", "T from_float(", "struct alignas(sizeof(T) * N) Vec", "float warp_sum(",
-                       "float group_sum(", "#define INFINITY")
+                       "float group_sum(", "#define INFINITY", "unsigned smem_addr(", "void cp_async16(",
+                       "void cp_async_commit(", "void ldsm_x4(", "void ldsm_x4_trans(", "void mma16816")
 
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
@@ -157,3 +158,32 @@ def test_starter_matches_reference_on_gpu(kernel_type):
 def test_starter_files_exist_for_every_type():
     missing = [t for t in KERNEL_TYPES if not Path(starter_kernel(t, "cuda")).is_file()]
     assert not missing
+
+
+def _strided_layouts(kernel_type: str, inputs: tuple) -> list[tuple[str, tuple]]:
+    """Layouts models hand these kernels beyond the spec's contiguous inputs (read in place or copied)."""
+    if kernel_type == "matmul":
+        a, b = inputs
+        return [("b = weight.T", (a, b.T.contiguous().T)), ("a row slice", (torch.cat([a, a], 1)[:, : a.shape[1]], b))]
+    q, k, v, causal, scale = inputs
+    def from_bshd(t):  # a [B,S,H,D] projection viewed as [B,H,S,D]
+        return t.transpose(1, 2).contiguous().transpose(1, 2)
+    return [("q/k/v from [B,S,H,D]", (from_bshd(q), from_bshd(k), from_bshd(v), causal, scale))]
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("kernel_type", ["matmul", "flash_attention"])
+@pytest.mark.parametrize("set_name", ["cpu", "edge", "odd"])
+def test_strided_layouts_on_gpu(kernel_type, set_name):
+    spec = get_spec(kernel_type)
+    module = _import(kernel_type)
+    gen = torch.Generator(device="cuda").manual_seed(1)
+    for shape in spec.shapes(set_name):
+        for dtype in spec.dtypes:
+            for label, inputs in _strided_layouts(kernel_type, spec.make_inputs(shape, dtype, torch.device("cuda"),
+                                                                                  gen)):
+                out = module.kernel_fn(*inputs)
+                torch.cuda.synchronize()
+                failure = compare(out, spec.run_reference(inputs), spec.tolerances[dtype],
+                                  expect_dtype=spec.output_dtype or inputs[0].dtype)
+                assert failure is None, f"{kernel_type} {label} {spec.describe_shape(shape)} {dtype}: {failure}"
