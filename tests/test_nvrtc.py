@@ -165,6 +165,23 @@ def test_nvrtc_builds_the_same_source_and_caches_in_memory_and_on_disk(tmp_path,
 
 
 @needs_nvrtc
+def test_a_repeated_build_skips_the_cache_key_and_other_defines_still_rebuild(tmp_path, monkeypatch):
+    """Kernel files build on every launch: a hit must not hash the source again (~40 us, more than a
+    memory-bound kernel at the 7B shapes), yet any change of defines or arch must miss."""
+    monkeypatch.setenv(nvrtc.CACHE_ENV, str(tmp_path))
+    nvrtc.clear_cache()
+    first = nvrtc.build(GOOD, defines={"SCALE": 2}, arch="sm_90")
+    real_key = nvrtc.cache_key
+    monkeypatch.setattr(nvrtc, "cache_key", lambda *a, **k: pytest.fail("cache_key computed on a repeated build"))
+    assert nvrtc.build(GOOD, defines={"SCALE": 2}, arch="sm_90") is first
+    monkeypatch.setattr(nvrtc, "cache_key", real_key)
+    other = nvrtc.build(GOOD, defines={"SCALE": 3}, arch="sm_90")
+    assert other is not first and other.key != first.key
+    assert nvrtc.build(GOOD, defines={"SCALE": 2}, arch="sm_80").key != first.key
+    nvrtc.clear_cache()
+
+
+@needs_nvrtc
 def test_nvrtc_compile_error_names_the_line(monkeypatch):
     monkeypatch.setenv(nvrtc.CACHE_ENV, "off")
     with pytest.raises(nvrtc.CompileError) as info:
