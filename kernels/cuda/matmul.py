@@ -28,8 +28,10 @@ BACKEND = "cuda"
 # TILE = "BMxBN_WARPS_MxWARPS_N" lists only tiles whose warp tile is <= 64 x 64: <= 128 fp32 accumulators a
 # thread, which nvcc 13 (sm_90) builds without spills for every TILE x BK (ptxas -v: 97-254 registers).
 # Default 128x256 / 8 warps: 64x64 warp tiles (4 A + 4 B ldmatrix.x4 feed 32 mma per 16-deep K step), one
-# block an SM (234 registers), 24 KiB a stage at BK 32, so 4 stages = 96 KiB. STAGES is a ceiling: the
-# launcher lowers it to fit 227 KiB (256x128 or 128x256 at BK 64: 48 KiB a stage, at most 4). GROUP_M 8:
+# block an SM (234 registers), 48 KiB a stage at BK 64, 3 stages = 144 KiB: on the H200 1,060-1,125 us at
+# the LLaMA-7B GEMMs, against 1,197-1,227 us for BK 32 x 4 stages (benchmarks/variants/cuda_matmul.json).
+# STAGES is a ceiling: the launcher lowers it to fit the device's shared memory a block (227 KiB on
+# sm_90: at most 4 stages of 48 KiB; 99 KiB on sm_86/89: 2). GROUP_M 8:
 # 8 row panels of tiles run column by column, so a B panel is read from DRAM about once per 8 block rows.
 CONFIG = {"VARIANT": "mma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8}
 SEARCH_SPACE = {
@@ -401,6 +403,13 @@ _WMMA = {"WMMA_BM": 128, "WMMA_BN": 128, "WMMA_BK": 32, "WMMA_WARPS_M": 2, "WMMA
 _SHARED_LIMIT = 227 * 1024  # opt-in dynamic shared memory a block on sm_90 (nvrtc.launch opts in)
 
 
+def _shared_limit(device):
+    """Dynamic shared memory a block may use on `device` (the sm_90 figure without a GPU: builds, tests)."""
+    if device.type != "cuda":
+        return _SHARED_LIMIT
+    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+
+
 def _tile():
     """(BM, BN, WARPS_M, WARPS_N) from CONFIG["TILE"], e.g. "128x256_2x4"."""
     block, warps = CONFIG["TILE"].split("_")
@@ -414,13 +423,13 @@ def _stage_bytes():
     return (bm + bn) * CONFIG["BK"] * 2  # 16-bit elements
 
 
-def _stages():
-    return max(2, min(CONFIG["STAGES"], _SHARED_LIMIT // _stage_bytes()))
+def _stages(limit=_SHARED_LIMIT):
+    return max(2, min(CONFIG["STAGES"], limit // _stage_bytes()))
 
 
-def _defines():
+def _defines(limit=_SHARED_LIMIT):
     bm, bn, wm, wn = _tile()
-    return {"BM": bm, "BN": bn, "BK": CONFIG["BK"], "WARPS_M": wm, "WARPS_N": wn, "STAGES": _stages(),
+    return {"BM": bm, "BN": bn, "BK": CONFIG["BK"], "WARPS_M": wm, "WARPS_N": wn, "STAGES": _stages(limit),
             "GROUP_M": CONFIG["GROUP_M"], **_WMMA}
 
 
@@ -433,8 +442,8 @@ def cuda_builds():
     return [(CUDA_SOURCE, _defines(), _WMMA_NAMES + _MMA_NAMES)]
 
 
-def _kernel(name):
-    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="matmul.cu")
+def _kernel(name, limit=_SHARED_LIMIT):
+    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(limit), source_name="matmul.cu")
 
 
 def _rows16(t):
@@ -473,9 +482,10 @@ def _launch_mma(out, a, b):
         else:
             layout, (b, ldb) = "nn", _aligned_rows(b)
     bm, bn, wm, wn = _tile()
-    kernel = _kernel(f"matmul_mma_{_SUFFIX[a.dtype]}_{layout}")
+    limit = _shared_limit(a.device)
+    kernel = _kernel(f"matmul_mma_{_SUFFIX[a.dtype]}_{layout}", limit)
     grid = (math.ceil(m / bm) * math.ceil(n / bn),)
-    nvrtc.launch(kernel, grid=grid, block=(wm * wn * 32,), shared_mem=_stages() * _stage_bytes(),
+    nvrtc.launch(kernel, grid=grid, block=(wm * wn * 32,), shared_mem=_stages(limit) * _stage_bytes(),
                  args=(out, a, b, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k), nvrtc.i64(lda), nvrtc.i64(ldb)))
 
 

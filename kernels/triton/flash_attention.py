@@ -232,6 +232,9 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
     per_stage = 2 * bn * block_d * elem
     stages = max(1, min(cfg["num_stages"], room // per_stage))
     grid = (triton.cdiv(S, bm), B * H)
+    # Only bf16 is upcast (the interpreter's bf16 dot is wrong); fp16 stays fp16 as on the GPU, so
+    # P is rounded to the input dtype before P @ V on the CPU too.
+    upcast = q.device.type == "cpu" and q.dtype == torch.bfloat16
     if cfg["VARIANT"] == "tma" and elem == 2 and all(_tma_ok(t) for t in (q, k, v, o)):
         # Flat 2-d rows need every tile inside one head: S a multiple of both blocks, heads packed.
         flat = S % bm == 0 and S % bn == 0 and all(t.is_contiguous() for t in (q, k, v, o))
@@ -239,14 +242,14 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
         _attn_fwd_tma[grid](
             *descs, float(sm_scale) * math.log2(math.e), S, H, k.shape[1], H // k.shape[1],
             BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
-            UPCAST=q.device.type == "cpu", FLAT=flat, num_stages=stages, num_warps=cfg["num_warps"],
+            UPCAST=upcast, FLAT=flat, num_stages=stages, num_warps=cfg["num_warps"],
         )
         return
     _attn_fwd[grid](
         q, k, v, o, float(sm_scale) * math.log2(math.e), S, H, H // k.shape[1],
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),
         HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
-        UPCAST=q.device.type == "cpu" and q.dtype == torch.bfloat16,
+        UPCAST=upcast,
         PRECISION=cfg["FP32_DOT"] if q.dtype == torch.float32 else "tf32",  # tf32: the default
         num_stages=stages, num_warps=cfg["num_warps"],
     )
