@@ -14,6 +14,11 @@ torch's current CUDA stream, so they order with the surrounding torch work. `PRE
 device helpers the starters share (fp16/bf16 conversions, `Vec`, warp and block sums); a source
 includes it by starting with it: `CUDA_SOURCE = nvrtc.PRELUDE + r"..."` (see PRELUDE).
 
+Arch-specific targets: `build(..., arch=arch_specific(device_arch()))` compiles for sm_90a on an sm_90 device
+(wgmma, setmaxnreg); launch accepts a module built for the device's arch or its "a" variant, nothing else
+(`runs_on`). TMA: `tensor_map(t, box, swizzle=128)` encodes a 2-D tensor's CUtensorMap (cuda.bindings) into a
+cached 128-byte device tensor a kernel takes as a pointer.
+
 Builds are cached by sha256(source, options, arch, toolchain) in-process and, unless
 AUTOKERNEL_CUBIN_CACHE=off, as cubins under ~/.cache/autokernel-ci/cubin (or the directory that
 variable names). `compile_check` compiles the same source with nvcc, for machines without a GPU.
@@ -34,6 +39,7 @@ import subprocess
 import tempfile
 import threading
 import time
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -140,6 +146,127 @@ __device__ __forceinline__ void mma16816<__half>(float (&c)[4], const unsigned (
                  : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 #endif
+// Hopper (sm_90a) building blocks, shared by matmul (Part 3) and flash attention (VARIANT "wgmma"): mbarrier,
+// TMA tensor copies, wgmma descriptors / fences / commit / wait, and the wgmma instructions themselves (shared-memory
+// A: Wgmma<T, N, TRANS_B>, register A: WgmmaRS<T, N, TRANS_B>; N = 64, 128 or 256 (256: shared-memory A only)).
+// Compiled only for the arch-specific target (nvrtc.arch_specific: sm_90a), where __CUDA_ARCH_FEAT_SM90_ALL is set;
+// elsewhere this block is empty and a kernel must keep its wgmma code under the same #if.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// mbarrier: shared-memory 64-bit barrier objects, addressed by 32-bit shared-space addresses.
+__device__ __forceinline__ void mbar_init(unsigned bar, unsigned count) {
+    asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(count) : "memory");
+}
+// One arrival that also adds `bytes` to the transaction count the phase waits for (the TMA copies' complete_tx).
+__device__ __forceinline__ void mbar_arrive_expect_tx(unsigned bar, unsigned bytes) {
+    asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+}
+__device__ __forceinline__ void mbar_arrive(unsigned bar) {
+    asm volatile("mbarrier.arrive.shared::cta.b64 _, [%0];\n" ::"r"(bar) : "memory");
+}
+// Spin until the phase with this parity has completed (phases alternate 0, 1, 0, ...; the first one is 0).
+__device__ __forceinline__ void mbar_wait(unsigned bar, unsigned parity) {
+    unsigned done;
+    do {
+        asm volatile("{\n.reg .pred p;\nmbarrier.try_wait.parity.shared::cta.b64 p, [%1], %2;\n"
+                     "selp.u32 %0, 1, 0, p;\n}\n"
+                     : "=r"(done) : "r"(bar), "r"(parity) : "memory");
+    } while (!done);
+}
+// TMA: the box at element coordinates (c0 innermost, c1) of the tensor map at global address `map` -> shared `dst`;
+// out-of-bounds elements arrive as zeros and still count: the barrier always receives the full box's bytes.
+__device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, unsigned bar, int c0, int c1) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
+        ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
+}
+// The maps were written by a host-to-device copy (generic proxy); TMA reads them through the tensormap proxy.
+__device__ __forceinline__ void tensormap_acquire(const void* map) {
+    asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
+    asm volatile("prefetch.tensormap [%0];\n" ::"l"(map) : "memory");
+}
+
+// wgmma shared-memory matrix descriptor (PTX ISA "Matrix Descriptor"): bits 0-13 start address >> 4, 16-29 leading
+// byte offset (LBO) >> 4, 32-45 stride byte offset (SBO) >> 4, 49-51 base offset (0: every tile starts on a 1024-byte
+// boundary, and the K steps inside a tile move the start by 32 or 2048 bytes, which leaves address bits 7-9 at 0),
+// 62-63 swizzle mode (1 = 128-byte swizzle, the TMA's CU_TENSOR_MAP_SWIZZLE_128B pattern).
+__device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lbo, unsigned sbo) {
+    return (unsigned long long)((addr >> 4) & 0x3FFF) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
+           ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
+}
+__device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
+__device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
+template <int N>  // wait until at most N of this warpgroup's committed wgmma groups are still running
+__device__ __forceinline__ void wg_wait() { asm volatile("wgmma.wait_group.sync.aligned %0;\n" ::"n"(N) : "memory"); }
+// Keeps the compiler from moving accumulator reads or writes across an asynchronous wgmma.
+template <int R>
+__device__ __forceinline__ void wg_fence_acc(float (&d)[R]) {
+#pragma unroll
+    for (int i = 0; i < R; ++i) asm volatile("" : "+f"(d[i])::"memory");
+}
+
+// d[64 x N] += A[64 x 16] (K-major, descriptor da) * B[16 x N] (descriptor db; TRANS_B 0: K-major, 1: N-major).
+// Accumulator fragment (PTX ISA "wgmma register fragment D", m64nNk16): warp w of the warpgroup, lane l, register i:
+// row 16w + l/4 + 8 ((i/2) % 2), col 8 (i/4) + 2 (l%4) + (i%2).
+#define WG_REGS32 "%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, "                \
+    "%16, %17, %18, %19, %20, %21, %22, %23, %24, %25, %26, %27, %28, %29, %30, %31"
+#define WG_REGS64 WG_REGS32 ", "                                                                          \
+    "%32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, %44, %45, %46, %47, "                  \
+    "%48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63"
+#define WG_REGS128 WG_REGS64 ", "                                                                        \
+    "%64, %65, %66, %67, %68, %69, %70, %71, %72, %73, %74, %75, %76, %77, %78, %79, "                  \
+    "%80, %81, %82, %83, %84, %85, %86, %87, %88, %89, %90, %91, %92, %93, %94, %95, "                  \
+    "%96, %97, %98, %99, %100, %101, %102, %103, %104, %105, %106, %107, %108, %109, %110, %111, "      \
+    "%112, %113, %114, %115, %116, %117, %118, %119, %120, %121, %122, %123, %124, %125, %126, %127"
+#define WG_D8(i) "+f"(d[(i) + 0]), "+f"(d[(i) + 1]), "+f"(d[(i) + 2]), "+f"(d[(i) + 3]), \
+                 "+f"(d[(i) + 4]), "+f"(d[(i) + 5]), "+f"(d[(i) + 6]), "+f"(d[(i) + 7])
+#define WG_D32(i) WG_D8(i), WG_D8((i) + 8), WG_D8((i) + 16), WG_D8((i) + 24)
+#define WG_D64 WG_D32(0), WG_D32(32)
+#define WG_D128 WG_D64, WG_D32(64), WG_D32(96)
+// NN: wgmma N; TY: PTX type; REGS / OPS: the N/2 accumulator operands; DA, DB, SC, TB: the operand numbers after them.
+#define WGMMA_SPECIALISE(T, TY, NN, REGS, OPS, DA, DB, SC, TB)                                                      \
+    template <int TRANS_B>                                                                                        \
+    struct Wgmma<T, NN, TRANS_B> {                                                                                \
+        static __device__ __forceinline__ void run(float (&d)[NN / 2], unsigned long long da,                    \
+                                                   unsigned long long db, int scale_d) {                         \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SC ", 0;\n"                                          \
+                         "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." TY "." TY " {" REGS "}, " DA ", " DB \
+                         ", p, 1, 1, 0, " TB ";\n}\n"                                                             \
+                         : OPS                                                                                    \
+                         : "l"(da), "l"(db), "r"(scale_d), "n"(TRANS_B));                                         \
+        }                                                                                                         \
+    };
+template <typename T, int N, int TRANS_B> struct Wgmma;
+WGMMA_SPECIALISE(__nv_bfloat16, "bf16", 256, WG_REGS128, WG_D128, "%128", "%129", "%130", "%131")
+WGMMA_SPECIALISE(__half, "f16", 256, WG_REGS128, WG_D128, "%128", "%129", "%130", "%131")
+WGMMA_SPECIALISE(__nv_bfloat16, "bf16", 128, WG_REGS64, WG_D64, "%64", "%65", "%66", "%67")
+WGMMA_SPECIALISE(__half, "f16", 128, WG_REGS64, WG_D64, "%64", "%65", "%66", "%67")
+WGMMA_SPECIALISE(__nv_bfloat16, "bf16", 64, WG_REGS32, WG_D32(0), "%32", "%33", "%34", "%35")
+WGMMA_SPECIALISE(__half, "f16", 64, WG_REGS32, WG_D32(0), "%32", "%33", "%34", "%35")
+
+// Register-A form (PTX: "wgmma.mma_async.sync.aligned.shape.dtype.bf16.bf16 d, a, b-desc, scale-d, imm-scale-a,
+// imm-scale-b, imm-trans-b"): d[64 x N] += A[64 x 16] * B[16 x N], A from four .b32 registers a[0..3] of two 16-bit
+// values each (low half first). A fragment (PTX ISA "Matrix Fragments for wgmma.mma_async.m64nNk16", figure
+// wgmma-64N16-A), element e = 0..7 of warp w, lane l: row 16w + l/4 + 8 ((e/2) % 2), col 8 (e/4) + 2 (l%4) + (e%2)
+// -- the accumulator layout restricted to 16 columns, so accumulator registers 8j .. 8j + 7 of an m64nN result,
+// packed in pairs, are the A fragment of its columns 16j .. 16j + 15 (flash attention's P = softmax(S) -> P V).
+#define WGMMA_RS_SPECIALISE(T, TY, NN, REGS, OPS, A0, DB, SC, TB)                                                   \
+    template <int TRANS_B>                                                                                        \
+    struct WgmmaRS<T, NN, TRANS_B> {                                                                              \
+        static __device__ __forceinline__ void run(float (&d)[NN / 2], const unsigned (&a)[4],                  \
+                                                   unsigned long long db, int scale_d) {                         \
+            asm volatile("{\n.reg .pred p;\nsetp.ne.b32 p, " SC ", 0;\n"                                          \
+                         "wgmma.mma_async.sync.aligned.m64n" #NN "k16.f32." TY "." TY " {" REGS "}, " A0 ", " DB \
+                         ", p, 1, 1, " TB ";\n}\n"                                                                \
+                         : OPS                                                                                    \
+                         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(db), "r"(scale_d), "n"(TRANS_B));     \
+        }                                                                                                         \
+    };
+template <typename T, int N, int TRANS_B> struct WgmmaRS;
+WGMMA_RS_SPECIALISE(__nv_bfloat16, "bf16", 128, WG_REGS64, WG_D64, "{%64, %65, %66, %67}", "%68", "%69", "%70")
+WGMMA_RS_SPECIALISE(__half, "f16", 128, WG_REGS64, WG_D64, "{%64, %65, %66, %67}", "%68", "%69", "%70")
+WGMMA_RS_SPECIALISE(__nv_bfloat16, "bf16", 64, WG_REGS32, WG_D32(0), "{%32, %33, %34, %35}", "%36", "%37", "%38")
+WGMMA_RS_SPECIALISE(__half, "f16", 64, WG_REGS32, WG_D32(0), "{%32, %33, %34, %35}", "%36", "%37", "%38")
+#endif  // __CUDA_ARCH_FEAT_SM90_ALL
 // ---- end of PRELUDE: line numbers restart at 1, so compiler errors count from the kernel's own text ----
 #line 1
 """
@@ -152,7 +279,11 @@ and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__
 it syncs the block when WPR > 1, so every thread must call it). On sm_80+ also the tensor-core building
 blocks: `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`), `cp_async_commit()`,
 `cp_async_wait<N>()`, `ldsm_x4` / `ldsm_x4_trans` (ldmatrix .x4) and `mma16816<T>(c, a, b0, b1)`
-(mma.sync m16n8k16, fp32 accumulate). A kernel must not redefine these names.
+(mma.sync m16n8k16, fp32 accumulate). On the arch-specific sm_90a target only (`__CUDA_ARCH_FEAT_SM90_ALL`):
+the Hopper blocks `mbar_init` / `mbar_arrive_expect_tx` / `mbar_arrive` / `mbar_wait`, `tma_load_2d`,
+`tensormap_acquire`, `wg_desc`, `wg_fence` / `wg_commit` / `wg_wait<N>` / `wg_fence_acc`, `Wgmma<T, N, TRANS_B>`
+(shared-memory A, N = 64 / 128 / 256) and `WgmmaRS<T, N, TRANS_B>` (register A, N = 64 / 128), used by matmul's
+Part 3 and flash attention's "wgmma" variant. A kernel must not redefine these names.
 
 Explicit, not prepended by `build`: a kernel file then says what it uses, a source without it
 compiles as written, and the cache key (over the whole source) changes when the prelude does. It
@@ -291,6 +422,20 @@ def device_arch(device: int | None = None) -> str:
 def _arch_of(index: int) -> str:
     major, minor = torch.cuda.get_device_capability(index)
     return f"sm_{major}{minor}"
+
+
+def arch_specific(arch: str) -> str:
+    """The arch-specific target of `sm_XY` (`sm_90` -> `sm_90a`): it adds the features of exactly that arch (sm_90a:
+    wgmma, setmaxnreg, TMA tensor-map fences), and its cubin runs on sm_XY devices only."""
+    if not re.fullmatch(r"sm_\d+a?", arch):
+        raise ValueError(f"arch={arch!r}: expected sm_XY")
+    return arch if arch.endswith("a") else arch + "a"
+
+
+def runs_on(module_arch: str, device: str) -> bool:
+    """Whether a cubin built for `module_arch` may be launched on a `device` arch: the same sm_XY, or its
+    arch-specific sm_XYa (never across arches: sm_90a code on sm_100, or sm_80 code on sm_90, is refused)."""
+    return module_arch in (device, device + "a")
 
 
 # -- options and cache key -------------------------------------------------------------------------
@@ -591,9 +736,9 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     """Launch on torch's current stream of the current device."""
     core = _core()
     dev = torch.cuda.current_device()
-    if kernel.module.arch != device_arch(dev):
+    if not runs_on(kernel.module.arch, device_arch(dev)):
         raise LaunchError(f"kernel {kernel.name} was built for {kernel.module.arch}, device {dev} is "
-                          f"{device_arch(dev)}: build with arch=None")
+                          f"{device_arch(dev)}: build with arch=None (or arch_specific(device_arch()))")
     handle = kernel.module.kernel(kernel.name).handle  # per-device handle (loaded once per device)
     if shared_mem > STATIC_SHARED_LIMIT:
         _allow_shared(kernel, handle, int(shared_mem), dev)
@@ -606,6 +751,103 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
     else:
         config = core.LaunchConfig(grid=grid3, block=block3, stream=stream, shmem_size=int(shared_mem))
         core.launch(handle, config, *values)
+
+
+# -- TMA tensor maps (sm_90+) -----------------------------------------------------------------------
+class TensorMapError(RuntimeError):
+    """No tensor map for this tensor (no cuda.bindings, unaligned base or stride, the driver refused it)."""
+
+
+_WARNED: set[str] = set()
+
+
+def warn_once(message: str) -> None:
+    """A RuntimeWarning the first time this process sees `message` (kernel files may not import warnings)."""
+    if message not in _WARNED:
+        _WARNED.add(message)
+        warnings.warn(message, RuntimeWarning, stacklevel=3)
+
+
+TENSOR_MAP_CACHE_SIZE = 256  # encoded maps kept (LRU); one GEMM call needs two
+_TENSOR_MAPS: dict[tuple, torch.Tensor] = {}
+_TMA_DTYPES = {torch.float16: "FLOAT16", torch.bfloat16: "BFLOAT16", torch.float32: "FLOAT32", torch.uint8: "UINT8"}
+
+
+def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> torch.Tensor:
+    """A TMA descriptor (the driver's 128-byte CUtensorMap, cuTensorMapEncodeTiled) for the 2-D CUDA tensor t, in
+    device memory: pass the returned uint8 tensor as a kernel argument (a pointer; in the kernel it is the global
+    address cp.async.bulk.tensor takes, after `fence.proxy.tensormap::generic.acquire.gpu [map], 128`).
+
+    box = (rows, cols) of the tile one copy moves; swizzle = 0, 32, 64 or 128: the shared-memory swizzle, whose
+    span bounds a box row (cols * element size <= swizzle bytes). Elements outside t arrive as zeros. t's rows
+    must be unit-stride with a 16-byte aligned base and row stride (TMA's rules); else TensorMapError.
+
+    Cached by everything the map encodes (device, address, shape, row stride, dtype, box, swizzle), so a repeated
+    call costs a dict lookup: no encode, no copy. A new map goes to the device by a 128-byte copy on torch's
+    current stream (ordered before the kernel that reads it; no device-wide sync). 64-byte aligned, as the driver
+    requires.
+    """
+    if t.dim() != 2 or t.device.type != "cuda":
+        raise TensorMapError(f"tensor maps are built here for 2-D CUDA tensors, got {tuple(t.shape)} on {t.device}")
+    if t.dtype not in _TMA_DTYPES:
+        raise TensorMapError(f"no TMA element type for {t.dtype}")
+    rows, cols = t.shape
+    es = t.element_size()
+    box_rows, box_cols = (int(v) for v in box)
+    if cols > 1 and t.stride(1) != 1:
+        raise TensorMapError("TMA needs unit-stride rows (the innermost dimension is contiguous)")
+    # A size-1 dimension's stride is never used: give it the smallest legal value.
+    stride = t.stride(0) * es if rows > 1 else -(-cols * es // 16) * 16
+    if t.data_ptr() % 16 or stride % 16:
+        raise TensorMapError(f"TMA needs a 16-byte aligned base and row stride (base % 16 = {t.data_ptr() % 16}, "
+                             f"row stride {stride} bytes)")
+    if swizzle not in (0, 32, 64, 128) or (swizzle and box_cols * es > swizzle) or (box_cols * es) % 16:
+        raise TensorMapError(f"box row of {box_cols * es} bytes does not suit swizzle {swizzle}")
+    if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
+        raise TensorMapError(f"box {box_rows} x {box_cols}: each side 1..256")
+    key = (t.device.index, t.data_ptr(), rows, cols, stride, t.dtype, box_rows, box_cols, swizzle)
+    found = _TENSOR_MAPS.pop(key, None)
+    if found is None:
+        blob = _encode_tiled(t, rows, cols, stride, box_rows, box_cols, swizzle)
+        room = torch.empty(128 + 64, dtype=torch.uint8, device=t.device)
+        start = (-room.data_ptr()) % 64
+        found = room[start:start + 128]
+        found.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=True)
+        while len(_TENSOR_MAPS) >= TENSOR_MAP_CACHE_SIZE:
+            # Freed memory goes back to torch's caching allocator, reused in stream order: safe for kernels
+            # already queued on this stream that still read the old map.
+            _TENSOR_MAPS.pop(next(iter(_TENSOR_MAPS)))
+    _TENSOR_MAPS[key] = found  # most recently used last
+    return found
+
+
+def _encode_tiled(t: torch.Tensor, rows: int, cols: int, stride: int, box_rows: int, box_cols: int,
+                  swizzle: int) -> bytes:
+    try:
+        from cuda.bindings import driver
+    except ImportError as exc:
+        raise TensorMapError("cuda.bindings is not installed (pip install cuda-bindings): no TMA tensor maps") from exc
+    kinds = driver.CUtensorMapSwizzle
+    mode = {0: kinds.CU_TENSOR_MAP_SWIZZLE_NONE, 32: kinds.CU_TENSOR_MAP_SWIZZLE_32B,
+            64: kinds.CU_TENSOR_MAP_SWIZZLE_64B, 128: kinds.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle]
+    u64, u32 = driver.cuuint64_t, driver.cuuint32_t
+    err, tmap = driver.cuTensorMapEncodeTiled(
+        getattr(driver.CUtensorMapDataType, f"CU_TENSOR_MAP_DATA_TYPE_{_TMA_DTYPES[t.dtype]}"),
+        2,
+        t.data_ptr(),
+        [u64(cols), u64(rows)],  # innermost dimension first
+        [u64(stride)],
+        [u32(box_cols), u32(box_rows)],
+        [u32(1), u32(1)],
+        driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
+        mode,
+        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,  # zeros past the edges
+    )
+    if err != driver.CUresult.CUDA_SUCCESS:
+        raise TensorMapError(f"cuTensorMapEncodeTiled refused {rows} x {cols} {t.dtype} (row stride {stride} B, box "
+                             f"{box_rows} x {box_cols}, swizzle {swizzle}): {err}")
+    return b"".join(int(word).to_bytes(8, "little") for word in tmap.opaque)
 
 
 # -- nvcc compile check (no GPU needed) ------------------------------------------------------------
@@ -628,8 +870,12 @@ def _nvcc() -> str:
 
 
 def compile_check(source: str, arch: str = "sm_90", *, defines: Defines = None, std: str = DEFAULT_STD,
-                  source_name: str = "kernel.cu") -> CheckResult:
+                  source_name: str = "kernel.cu", ptxas_verbose: bool = False,
+                  keep_cubin: Path | None = None) -> CheckResult:
     """Compile `source` with nvcc to a cubin with the same flags NVRTC gets; raise CompileError on failure.
+
+    ptxas_verbose adds `--ptxas-options=-v`: the log then holds each kernel's registers, stack and spill bytes.
+    keep_cubin: a path the cubin is copied to (for cuobjdump -sass).
 
     The source is written to a private temporary file and nvcc gets an argument list (no shell), so
     untrusted source text never reaches a shell.
@@ -644,6 +890,8 @@ def compile_check(source: str, arch: str = "sm_90", *, defines: Defines = None, 
         src.write_text(source)
         out = Path(tmp) / "out.cubin"
         cmd = [_nvcc(), f"-arch={arch}", "--cubin", "-lineinfo", *options, "-o", str(out), source_name]
+        if ptxas_verbose:
+            cmd.insert(-3, "--ptxas-options=-v")
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, check=False)
         seconds = time.perf_counter() - start
@@ -651,6 +899,8 @@ def compile_check(source: str, arch: str = "sm_90", *, defines: Defines = None, 
         if proc.returncode != 0 or not out.is_file():
             raise _compile_error("nvcc", source_name, arch, log)
         data = out.read_bytes()
+        if keep_cubin is not None:
+            Path(keep_cubin).write_bytes(data)
     return CheckResult(arch=arch, kernels=tuple(sorted(elf_function_symbols(data))), seconds=seconds,
                        cubin_bytes=len(data), log=log)
 

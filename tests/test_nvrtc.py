@@ -288,3 +288,71 @@ def test_shared_memory_beyond_the_device_limit_is_refused_with_the_limit():
     too_much = torch.cuda.get_device_properties(0).shared_memory_per_block_optin + 1024
     with pytest.raises(nvrtc.LaunchError, match="allows"):
         nvrtc.launch(kernel, grid=(1,), block=(32,), args=(x, x, nvrtc.i32(4)), shared_mem=too_much)
+
+
+# -- arch-specific targets (sm_90a: wgmma, setmaxnreg) ---------------------------------------------
+def test_arch_specific_adds_the_a_suffix_once():
+    assert nvrtc.arch_specific("sm_90") == "sm_90a"
+    assert nvrtc.arch_specific("sm_90a") == "sm_90a"
+    with pytest.raises(ValueError, match="arch"):
+        nvrtc.arch_specific("compute_90")
+
+
+@pytest.mark.parametrize(("module_arch", "device", "ok"), [
+    ("sm_90", "sm_90", True),
+    ("sm_90a", "sm_90", True),     # arch-specific code runs on exactly its arch
+    ("sm_90a", "sm_100", False),   # ... and nowhere else (no forward compatibility for "a" targets)
+    ("sm_90a", "sm_89", False),
+    ("sm_80", "sm_90", False),     # a cubin is built for one arch: launch refuses the others, as before
+    ("sm_100a", "sm_100", True),
+    ("sm_90", "sm_90a", False),
+])
+def test_launch_accepts_the_devices_arch_or_its_arch_specific_variant_only(module_arch, device, ok):
+    assert nvrtc.runs_on(module_arch, device) is ok
+
+
+WGMMA_PROBE = r"""
+extern "C" __global__ void probe(float* y) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n");
+    y[threadIdx.x] = 1.f;
+#else
+    y[threadIdx.x] = 0.f;
+#endif
+}
+"""
+
+
+@needs_nvcc
+def test_compile_check_builds_sm90a_and_reports_ptxas_usage():
+    result = nvrtc.compile_check(WGMMA_PROBE, "sm_90a", ptxas_verbose=True)
+    assert result.kernels == ("probe",)
+    assert "registers" in result.log and "spill" in result.log
+
+
+@needs_nvrtc
+def test_nvrtc_builds_sm90a_with_the_arch_specific_features(monkeypatch):
+    monkeypatch.setenv(nvrtc.CACHE_ENV, "off")
+    module = nvrtc.build(WGMMA_PROBE, arch="sm_90a", source_name="probe.cu")
+    assert module.arch == "sm_90a" and nvrtc.elf_function_symbols(module.cubin) == ["probe"]
+    assert nvrtc.build(WGMMA_PROBE, arch="sm_90", source_name="probe.cu").key != module.key
+    nvrtc.clear_cache()
+
+
+# -- TMA tensor maps (checks before the driver is reached) -----------------------------------------
+def test_tensor_map_refuses_cpu_tensors_and_wrong_boxes():
+    with pytest.raises(nvrtc.TensorMapError, match="CUDA"):
+        nvrtc.tensor_map(torch.zeros(8, 8, dtype=torch.bfloat16), (8, 8))
+
+
+@needs_gpu
+def test_tensor_map_rules_and_cache_on_gpu():
+    x = torch.zeros(100, 72, dtype=torch.bfloat16, device="cuda")
+    first = nvrtc.tensor_map(x, (64, 64))
+    assert first.dtype == torch.uint8 and first.numel() == 128 and first.data_ptr() % 64 == 0
+    assert nvrtc.tensor_map(x, (64, 64)) is first  # cached: no encode, no copy
+    assert nvrtc.tensor_map(x, (128, 64)) is not first
+    with pytest.raises(nvrtc.TensorMapError, match="16-byte"):
+        nvrtc.tensor_map(torch.zeros(10, 9, dtype=torch.bfloat16, device="cuda"), (8, 8))  # 18-byte rows
+    with pytest.raises(nvrtc.TensorMapError, match="swizzle"):
+        nvrtc.tensor_map(x, (64, 72))  # a 144-byte box row does not fit the 128-byte swizzle

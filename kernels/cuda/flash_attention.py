@@ -12,7 +12,12 @@ that cross the diagonal or the sequence end are masked. Ragged S: K/V rows past 
 zero-filled and their scores set to -inf. Strided (non-contiguous) q/k/v are read in place when
 every row starts 16-byte aligned; otherwise they are copied first.
 fp32 (and VARIANT "wmma"): the earlier WMMA kernel (TF32 for fp32, scores staged through 48 KiB of
-static shared memory). HEAD_DIM in {16, 32, 64, 128}. No wgmma/TMA: Hopper's fastest path is unused.
+static shared memory). HEAD_DIM in {16, 32, 64, 128}.
+VARIANT "wgmma" (sm_90a, H100 / H200): FA3-style, warp-specialised -- a producer warpgroup TMA-loads Q once and K/V
+tiles into an mbarrier ring, two consumer warpgroups (64 query rows each) run S = Q K^T as wgmma from shared memory,
+the online softmax on the accumulator fragments, and O += P V as wgmma with P straight from registers (details at
+namespace fa3). It needs fp16/bf16, D in {64, 128}, S % 128 == 0, contiguous q/k/v, sm_scale > 0, an sm_90 device
+and tensor maps (cuda.bindings); otherwise "mma" runs (fp32: WMMA).
 """
 
 import math
@@ -34,8 +39,16 @@ BACKEND = "cuda"
 # registers: 60 B of spill at BLOCK_N=64, none at BLOCK_N=32 (three blocks, 12 warps per SM). nvcc 13.0 numbers.
 # Default MIN_BLOCKS 3 despite that spill: measured on the H200 at 2x32x4096x128 bf16 it was the fastest point
 # (1,280 / 2,475 / 1,293 us causal / not causal / GQA, against 1,352 / 2,565 / 1,372 us with MIN_BLOCKS 1).
-CONFIG = {"VARIANT": "mma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3}
-SEARCH_SPACE = {"VARIANT": ["mma", "wmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128], "MIN_BLOCKS": [1, 2, 3]}
+# VARIANT "wgmma" (sm_90a: H100 / H200): the FA3-style TMA + wgmma kernel (see its comment in CUDA_SOURCE); it runs
+# for fp16 / bf16, D in {64, 128}, S % 128 == 0, contiguous q, k, v (after the dtype cast), sm_scale > 0 on an sm_90
+# device with cuda.bindings (tensor maps); anything else takes "mma" (fp32 the WMMA kernel). WG_BLOCK_N: keys a
+# stage (64 or 128); WG_STAGES: K/V ring depth, clamped to what fits 227 KiB (3 at D=128, BN=128: 226 KiB).
+# Measured on the H200 (bf16, 2x32x4096x128, round `hopper2`, correct on every shape set): 128 keys x 2 stages
+# 557 / 1,000 / 555 us causal / not causal / GQA (0.90-0.93x SDPA; "mma" 1,276 / 2,434 / 1,308 us); 64 keys
+# 578-582 / 1,068-1,071 us. "mma" stays the default until fp16 has run on the GPU too (bf16 only so far).
+CONFIG = {"VARIANT": "mma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOCK_N": 128, "WG_STAGES": 2}
+SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],
+                "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4]}
 
 HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128
 # The WMMA kernel keeps its own tiles: its 48 KiB static shared memory holds 4 warps x 32 keys at D=128
@@ -301,6 +314,218 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
 FA2_KERNEL(f16, __half)
 FA2_KERNEL(bf16, __nv_bfloat16)
 
+// ================= VARIANT "wgmma": FA3-style forward for Hopper (sm_90a): TMA + mbarrier ring + wgmma ==========
+// Defines: HEAD_DIM (64 or 128), WG_BLOCK_N (keys a stage: 64 or 128), WG_STAGES (K/V ring depth).
+// One block = 128 query rows of one (batch, head), 384 threads = 3 warpgroups (as matmul's Part 3):
+//   warpgroup 0, producer (setmaxnreg.dec 40): one thread TMA-loads the Q tile once (barrier q_full), then the K and V
+//     tiles of every key block into a WG_STAGES ring (full[s]: one arrive.expect_tx of both tiles' bytes; empty[s]:
+//     one arrival per consumer warp when its wgmma no longer read the stage);
+//   warpgroups 1, 2, consumers (setmaxnreg.inc 232): 64 query rows each. Per key block:
+//     S[64 x BN] = Q K^T: D/16 wgmma.m64n{BN}k16, A = Q and B = K both from shared memory, K-major (D contiguous);
+//     online softmax on the accumulator fragment (each thread holds rows r and r + 8, quad shuffles for max / sum);
+//     O[64 x D] += P V: BN/16 wgmma.m64n{D}k16 with A = P in registers (bf16/f16 pairs packed straight from the S
+//     accumulators, see WgmmaRS in nvrtc.PRELUDE) and B = V from shared memory, N-major (transpose bit).
+// Shared memory (from a 1024-byte aligned base; 128-byte swizzle, each 64-column (128-byte) slice one TMA box):
+//   Q: D/64 boxes of [128 rows][128 B] (16 KiB each); stage s: K at Q_BYTES + 2 s KV_BYTES, V after it, each D/64
+//   boxes of [BN rows][128 B]; then the mbarriers q_full, full[STAGES], empty[STAGES].
+// Descriptors (LBO / SBO bytes; the canonical 128B-swizzle layouts, checked on the CPU in test_cuda_flash_layout.py):
+//   Q (A, K-major): wg_desc(Q + (wg - 1) 64 * 128 + (ks / 4) * 16384 + 32 (ks % 4), 16, 1024), k step ks = 0..D/16-1
+//   K (B, K-major): wg_desc(K + (ks / 4) * BN * 128 + 32 (ks % 4), 16, 1024)
+//   V (B, N-major, trans-b 1): k step kk = keys 16 kk..: wg_desc(V + 2048 kk, BN * 128, 1024) -- 16 key rows are
+//     2048 bytes, the 64-column D boxes lie BN * 128 bytes apart (LBO), 8-row groups 1024 apart (SBO).
+// Requirements (the launcher checks them, else VARIANT "mma" runs): S % 128 == 0 (no ragged tile: the 2-d tensor maps
+// span all heads, so rows past S would be the next head's), contiguous q, k, v, sm_scale > 0 (the row max is taken
+// on raw scores and scaled once).
+namespace fa3 {
+constexpr int D = HEAD_DIM;
+constexpr int BM = 128;
+constexpr int BN = WG_BLOCK_N;
+constexpr int STAGES = WG_STAGES;
+constexpr int THREADS = 384;
+constexpr int Q_CHUNK = BM * 128;   // one 64-column box of Q
+constexpr int KV_CHUNK = BN * 128;  // one 64-column box of K or V
+constexpr int Q_BYTES = BM * D * 2;
+constexpr int KV_BYTES = BN * D * 2;
+constexpr int CONSUMER_WARPS = 8;
+
+template <typename T>
+__device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q, const void* map_k,
+                                          const void* map_v, int heads, int kv_heads, int seq, int causal,
+                                          float scale_log2) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    static_assert(D == 64 || D == 128, "wgmma flash attention: HEAD_DIM 64 or 128");
+    static_assert(BN == 64 || BN == 128, "wgmma flash attention: WG_BLOCK_N 64 or 128");
+    static_assert(STAGES >= 2, "the ring needs at least two stages");
+    extern __shared__ __align__(128) unsigned char fa3_smem[];
+    const unsigned base = (smem_addr(fa3_smem) + 1023u) & ~1023u;
+    const unsigned kv0 = base + Q_BYTES;                     // stage s: K at kv0 + 2 s KV_BYTES, V after it
+    const unsigned bars = kv0 + STAGES * 2 * KV_BYTES;       // q_full, full[s] = bars + 8 (1 + s), empty[s] after
+    const unsigned q_full = bars;
+    const int wg = threadIdx.x / 128;
+    // Causal blocks further down have more key blocks: launch them first (shorter tail), as the mma kernel does.
+    const int mblock = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
+    const int q0 = mblock * BM;
+    const int bh = blockIdx.y, b = bh / heads, h = bh % heads, hk = h / (heads / kv_heads);
+    const int kend = causal ? min(seq, q0 + BM) : seq;
+    const int nblocks = (kend + BN - 1) / BN;
+
+    if (threadIdx.x == 0) {
+        mbar_init(q_full, 1);
+#pragma unroll
+        for (int s = 0; s < STAGES; ++s) {
+            mbar_init(bars + 8 * (1 + s), 1);                         // the producer's arrive.expect_tx
+            mbar_init(bars + 8 * (1 + STAGES + s), CONSUMER_WARPS);   // lane 0 of each consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");
+    }
+    __syncthreads();  // the only block-wide barrier
+
+    if (wg == 0) {  // ---- producer ----
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            tensormap_acquire(map_q);
+            tensormap_acquire(map_k);
+            tensormap_acquire(map_v);
+            const int q_row = bh * seq + q0;                    // row of the [B*H*S, D] view
+            const int kv_row = (b * kv_heads + hk) * seq;       // row of the [B*Hkv*S, D] views
+            mbar_arrive_expect_tx(q_full, Q_BYTES);
+#pragma unroll
+            for (int c = 0; c < D / 64; ++c) tma_load_2d(base + c * Q_CHUNK, map_q, q_full, 64 * c, q_row);
+            for (int j = 0; j < nblocks; ++j) {
+                const int s = j % STAGES;
+                // Stage s last held block j - STAGES: wait for its ((j / STAGES) - 1)-th release.
+                if (j >= STAGES) mbar_wait(bars + 8 * (1 + STAGES + s), ((j / STAGES) - 1) & 1);
+                const unsigned full = bars + 8 * (1 + s);
+                const unsigned ks = kv0 + s * 2 * KV_BYTES, vs = ks + KV_BYTES;
+                mbar_arrive_expect_tx(full, 2 * KV_BYTES);
+#pragma unroll
+                for (int c = 0; c < D / 64; ++c) tma_load_2d(ks + c * KV_CHUNK, map_k, full, 64 * c, kv_row + j * BN);
+#pragma unroll
+                for (int c = 0; c < D / 64; ++c) tma_load_2d(vs + c * KV_CHUNK, map_v, full, 64 * c, kv_row + j * BN);
+            }
+        }
+    } else {  // ---- consumers: warpgroup 1 rows q0 .. q0 + 63, warpgroup 2 rows q0 + 64 .. q0 + 127 ----
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+        const int row_base = q0 + (wg - 1) * 64;
+        const int r0 = row_base + warp * 16 + (lane >> 2);  // this thread's rows: r0 (h = 0) and r0 + 8 (h = 1)
+        // Accumulator fragment (m64nNk16): register i holds row r0 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4)
+        // + (i % 2) of the warpgroup's 64 x N result.
+        float o[D / 2];
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+        float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};  // running max (log2 units), partial sums
+        const unsigned q_wg = base + (wg - 1) * 64 * 128;  // this warpgroup's 64 rows inside each Q box
+        mbar_wait(q_full, 0);
+
+        for (int j = 0; j < nblocks; ++j) {
+            const int s = j % STAGES;
+            mbar_wait(bars + 8 * (1 + s), (j / STAGES) & 1);
+            const unsigned ks = kv0 + s * 2 * KV_BYTES, vs = ks + KV_BYTES;
+            const int n0 = j * BN;
+            // Causal: a block entirely right of this warpgroup's last row adds nothing (warpgroup-uniform; only
+            // BN 64 has one: keys q0 + 64 .. q0 + 127 for warpgroup 1). When taken, every row sees key n0.
+            if (!causal || n0 <= row_base + 63) {
+                float sc[BN / 2];
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) sc[i] = 0.f;
+                wg_fence_acc(sc);
+                wg_fence();
+#pragma unroll
+                for (int kc = 0; kc < D / 16; ++kc) {
+                    const unsigned long long da = wg_desc(q_wg + (kc / 4) * Q_CHUNK + 32 * (kc % 4), 16, 1024);
+                    const unsigned long long db = wg_desc(ks + (kc / 4) * KV_CHUNK + 32 * (kc % 4), 16, 1024);
+                    Wgmma<T, BN, 0>::run(sc, da, db, 1);
+                }
+                wg_commit();
+                wg_wait<0>();
+                wg_fence_acc(sc);
+
+                // Causal mask on blocks that reach right of this warpgroup's first row.
+                if (causal && n0 + BN - 1 > row_base) {
+#pragma unroll
+                    for (int i = 0; i < BN / 2; ++i) {
+                        const int key = n0 + 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
+                        if (key > r0 + 8 * ((i / 2) % 2)) sc[i] = -INFINITY;
+                    }
+                }
+                // Online softmax: a row's BN columns sit in the 4 lanes of a quad (xor 1, xor 2).
+                float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
+                float mu[2], alpha[2];
+#pragma unroll
+                for (int r = 0; r < 2; ++r) {
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                    const float m_new = fmaxf(m_row[r], mx[r] * scale_log2);  // scale_log2 > 0 (launcher)
+                    mu[r] = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: never inf - inf
+                    alpha[r] = fa2::fast_exp2(m_row[r] - mu[r]);
+                    m_row[r] = m_new;
+                    l_row[r] *= alpha[r];
+                }
+#pragma unroll
+                for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i / 2) % 2];
+#pragma unroll
+                for (int i = 0; i < BN / 2; ++i) {
+                    const float p = fa2::fast_exp2(fmaf(sc[i], scale_log2, -mu[(i / 2) % 2]));
+                    sc[i] = p;
+                    l_row[(i / 2) % 2] += p;
+                }
+                // P as wgmma A fragments: keys 16 kk .. 16 kk + 15 are accumulator registers 8 kk .. 8 kk + 7, whose
+                // (row, column) pattern is exactly the A fragment's elements 0..7 (PTX wgmma-64N16-A / -D).
+                unsigned pa[BN / 16][4];
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+                    for (int e = 0; e < 4; ++e)
+                        pa[kk][e] = fa2::Op<T>::pack(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+
+                wg_fence_acc(o);
+                wg_fence();
+#pragma unroll
+                for (int kk = 0; kk < BN / 16; ++kk)
+                    WgmmaRS<T, D, 1>::run(o, pa[kk], wg_desc(vs + 2048 * kk, KV_CHUNK, 1024), 1);
+                wg_commit();
+                wg_wait<0>();
+                wg_fence_acc(o);
+            }
+            __syncwarp();
+            if (lane == 0) mbar_arrive(bars + 8 * (1 + STAGES + s));  // this warp no longer reads stage s
+        }
+
+        // O / l, in the output dtype; out is contiguous [B, H, S, D].
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            float l = l_row[r];
+            l += __shfl_xor_sync(0xffffffffu, l, 1);
+            l += __shfl_xor_sync(0xffffffffu, l, 2);
+            const float inv = l > 0.f ? 1.f / l : 0.f;
+            const int row = r0 + 8 * r;
+            if (row < seq) {
+                T* orow = out + ((long long)bh * seq + row) * D + 2 * (lane & 3);
+#pragma unroll
+                for (int jj = 0; jj < D / 8; ++jj)
+                    *reinterpret_cast<unsigned*>(orow + 8 * jj) =
+                        fa2::Op<T>::pack(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
+            }
+        }
+    }
+#else
+    __trap();  // built for an arch without wgmma: the launcher only launches the sm_90a build
+#endif
+}
+}  // namespace fa3
+
+#define FA3_KERNEL(SUFFIX, T)                                                                                  \
+    extern "C" __global__ void __launch_bounds__(fa3::THREADS, 1) flash_attention_wgmma_##SUFFIX(              \
+        T* __restrict__ out, const void* __restrict__ map_q, const void* __restrict__ map_k,                   \
+        const void* __restrict__ map_v, int heads, int kv_heads, int seq, int causal, float scale_log2) {      \
+        fa3::attention<T>(out, map_q, map_k, map_v, heads, kv_heads, seq, causal, scale_log2);                 \
+    }
+FA3_KERNEL(f16, __half)
+FA3_KERNEL(bf16, __nv_bfloat16)
+
 // ================= WMMA kernel: fp32 (TF32), and every dtype when VARIANT is "wmma" =================
 // Scores and P go through shared memory; 48 KiB of static shared memory, own tiles (WMMA_WARPS, WMMA_BLOCK_N).
 namespace wmma_fa {
@@ -488,16 +713,40 @@ WMMA_KERNEL(bf16, __nv_bfloat16)
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 _KERNELS = ["flash_attention_mma_f16", "flash_attention_mma_bf16",
             *(f"flash_attention_wmma_{s}" for s in _SUFFIX.values())]
+_WG_KERNELS = ["flash_attention_wgmma_f16", "flash_attention_wgmma_bf16"]
+WG_HEAD_DIMS = (64, 128)
+WGMMA_ARCH = "sm_90a"  # wgmma / setmaxnreg are arch-specific: built for sm_90a, launched on sm_90 devices only
+WG_BLOCK_M = 128  # query rows a block: two consumer warpgroups x 64
+_SHARED_LIMIT = 227 * 1024  # opt-in dynamic shared memory a block on sm_90 (nvrtc.launch opts in)
+_WG_SLACK = 2048  # up to 1 KiB to round the start up to 1024 bytes (128B swizzle), then (1 + 2 STAGES) mbarriers
+
+
+def _wg_bytes(head_dim):
+    """(Q tile bytes, one K or V tile's bytes) of the wgmma kernel."""
+    return WG_BLOCK_M * head_dim * 2, CONFIG["WG_BLOCK_N"] * head_dim * 2
+
+
+def _wg_stages(head_dim):
+    q_bytes, kv_bytes = _wg_bytes(head_dim)
+    return max(2, min(CONFIG["WG_STAGES"], (_SHARED_LIMIT - _WG_SLACK - q_bytes) // (2 * kv_bytes)))
+
+
+def _wg_shared(head_dim):
+    q_bytes, kv_bytes = _wg_bytes(head_dim)
+    return q_bytes + _wg_stages(head_dim) * 2 * kv_bytes + _WG_SLACK
 
 
 def _defines(head_dim):
     return {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
-            "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES}
+            "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES, "WG_BLOCK_N": CONFIG["WG_BLOCK_N"],
+            "WG_STAGES": _wg_stages(head_dim)}
 
 
 def cuda_builds():
-    """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
-    return [(CUDA_SOURCE, _defines(d), list(_KERNELS)) for d in HEAD_DIMS]
+    """(source, defines, kernel names[, arch]) of every build kernel_fn may request (the tests compile each; no arch:
+    the device's own, sm_90 in the tests). The sm_90 builds hold the wgmma kernels as traps (never launched)."""
+    return ([(CUDA_SOURCE, _defines(d), list(_KERNELS)) for d in HEAD_DIMS]
+            + [(CUDA_SOURCE, _defines(d), _KERNELS + _WG_KERNELS, WGMMA_ARCH) for d in WG_HEAD_DIMS])
 
 
 def _shared_bytes(head_dim):
@@ -519,6 +768,37 @@ def _rows_aligned(t):
     return t if ok else _aligned(t)
 
 
+def _wgmma_arch(device):
+    """sm_90a on an sm_90 device (H100 / H200), else None (wgmma does not exist there: "mma" runs)."""
+    if device.type != "cuda" or nvrtc.device_arch(device.index) != "sm_90":
+        return None
+    return WGMMA_ARCH
+
+
+def _launch_wgmma(out, q, k, v, causal, sm_scale):
+    """The TMA + wgmma kernel; False (nothing launched) where it cannot run: the caller then uses "mma"."""
+    b, h, s, d = q.shape
+    hkv = k.shape[1]
+    if (q.dtype not in (torch.float16, torch.bfloat16) or d not in WG_HEAD_DIMS or s % WG_BLOCK_M
+            or not sm_scale > 0 or not all(t.is_contiguous() for t in (q, k, v))
+            or b * h * s >= 2**31 or _wgmma_arch(q.device) is None):
+        return False
+    bn = CONFIG["WG_BLOCK_N"]
+    try:  # boxes of (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts the kernel's descriptors expect
+        map_q = nvrtc.tensor_map(q.view(b * h * s, d), (WG_BLOCK_M, 64), swizzle=128)
+        map_k = nvrtc.tensor_map(k.view(b * hkv * s, d), (bn, 64), swizzle=128)
+        map_v = nvrtc.tensor_map(v.view(b * hkv * s, d), (bn, 64), swizzle=128)
+    except nvrtc.TensorMapError as exc:
+        nvrtc.warn_once(f"flash_attention VARIANT 'wgmma' falls back to 'mma': {exc}")
+        return False
+    kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wgmma_{_SUFFIX[q.dtype]}", defines=_defines(d),
+                                  arch=WGMMA_ARCH, source_name="flash_attention.cu")
+    nvrtc.launch(kernel, grid=(s // WG_BLOCK_M, b * h), block=(384,), shared_mem=_wg_shared(d),
+                 args=(out, map_q, map_k, map_v, nvrtc.i32(h), nvrtc.i32(hkv), nvrtc.i32(s),
+                       nvrtc.i32(int(bool(causal))), nvrtc.f32(float(sm_scale) * math.log2(math.e))))
+    return True
+
+
 def kernel_fn(q, k, v, causal, sm_scale):
     b, h, s, d = q.shape
     hkv = k.shape[1]
@@ -530,9 +810,11 @@ def kernel_fn(q, k, v, causal, sm_scale):
     out = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)  # contiguous: the kernels write [B, H, S, D]
     if b * h * s == 0:
         return out
+    if CONFIG["VARIANT"] == "wgmma" and _launch_wgmma(out, q, k, v, causal, sm_scale):
+        return out
     common = (nvrtc.i32(h), nvrtc.i32(hkv), nvrtc.i32(s), nvrtc.i32(int(bool(causal))),
               nvrtc.f32(float(sm_scale) * math.log2(math.e)))
-    if CONFIG["VARIANT"] == "mma" and q.dtype in (torch.float16, torch.bfloat16):
+    if CONFIG["VARIANT"] in ("mma", "wgmma") and q.dtype in (torch.float16, torch.bfloat16):
         qc, kc, vc = _rows_aligned(q), _rows_aligned(k), _rows_aligned(v)
         strides = [nvrtc.i64(st) for t in (qc, kc, vc) for st in t.stride()[:3]]  # batch, head, row (elements)
         kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_mma_{_SUFFIX[q.dtype]}", defines=_defines(d),

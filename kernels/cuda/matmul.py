@@ -1,4 +1,4 @@
-"""Matmul a[M,K] @ b[K,N], CUDA C++ (NVRTC): fp16/bf16 through a cp.async + ldmatrix + mma.sync pipeline.
+"""Matmul a[M,K] @ b[K,N], CUDA C++ (NVRTC): Hopper TMA + wgmma for fp16/bf16, cp.async + mma.sync elsewhere.
 
 fp16 / bf16 (VARIANT "mma"): each block computes a BM x BN output tile (default 128 x 256) with
 WARPS_M x WARPS_N warps (2 x 4: warp tile 64 x 64 = 4 x 8 mma.m16n8k16 fragments, fp32 accumulators).
@@ -14,7 +14,17 @@ Ragged M/N/K edges are zero-filled by cp.async's src-size operand, so any M, N, 
 a slice of a wider buffer) is first copied into zero-padded rows (a small extra cost on odd shapes only).
 fp32 (TF32 m16n16k8 WMMA, rel. error ~3e-4, inside the GEMM tolerance) and VARIANT "wmma" use the older
 WMMA kernel: 128 x 128 x 32 tiles, one static shared-memory stage refilled from registers, contiguous
-copies of a and b. This is Ampere-style mma.sync (no Hopper wgmma/TMA): expect below cuBLAS on H100/H200.
+copies of a and b. "mma" is Ampere-style mma.sync: on the H200 about half of cuBLAS; it is the default's
+fallback off Hopper.
+
+fp16 / bf16 on Hopper (VARIANT "wgmma", the default; sm_90 devices, built for sm_90a): warp-specialised TMA + wgmma.
+384 threads: one producer warpgroup (one thread issues cp.async.bulk.tensor copies, 128-byte swizzle, into a
+WG_STAGES ring guarded by full/empty mbarriers; setmaxnreg.dec 40) and two consumer warpgroups (setmaxnreg.inc
+232), each issuing wgmma.m64nWG_BNk16 from shared memory for 64 rows of the WG_TILE (128 x 256: 128 fp32
+accumulators a thread), BK 64. b row-major [K,N] is read as N-major tiles through wgmma's transpose bit (no
+copy); b = W.T as K-major tiles. TMA descriptors come from nvrtc.tensor_map (cached per tensor). Elsewhere (no
+sm_90, no cuda.bindings) "wgmma" runs the "mma" kernel; rows that TMA cannot address (K or N not a multiple of 8)
+are copied into padded rows first, as for "mma".
 """
 
 import math
@@ -33,13 +43,21 @@ BACKEND = "cuda"
 # STAGES is a ceiling: the launcher lowers it to fit the device's shared memory a block (227 KiB on
 # sm_90: at most 4 stages of 48 KiB; 99 KiB on sm_86/89: 2). GROUP_M 8:
 # 8 row panels of tiles run column by column, so a B panel is read from DRAM about once per 8 block rows.
-CONFIG = {"VARIANT": "mma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8}
+# WG_TILE / WG_STAGES: VARIANT "wgmma" only. 128x256 (two 64 x 256 consumer warpgroups, the cuBLAS-class tile):
+# 48 KiB a stage; 128x128: 32 KiB a stage, up to 6. ptxas (nvcc 13, sm_90a): 168 registers at launch, 0 spills,
+# for both tiles. Default "wgmma" 128x256, 3 stages (144 KiB): on the H200 553 / 572 us at the LLaMA-7B GEMMs
+# (0.96 / 0.89x cuBLAS; 4 stages 599 / 559 us, 128x128 595-638 us; "mma" 1,105-1,125 us), correct on every
+# shape set (benchmarks/variants/cuda_matmul_wgmma.json, docs/benchmarks/h200.md). Other GPUs run "mma".
+CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8, "WG_TILE": "128x256",
+          "WG_STAGES": 3}
 SEARCH_SPACE = {
-    "VARIANT": ["wmma", "mma"],
+    "VARIANT": ["wmma", "mma", "wgmma"],
     "TILE": ["64x64_2x2", "128x64_2x2", "64x128_2x2", "128x128_2x2", "128x128_2x4", "128x256_2x4", "256x128_4x2"],
     "BK": [32, 64],
     "STAGES": [2, 3, 4, 5],
     "GROUP_M": [1, 4, 8, 16],
+    "WG_TILE": ["128x128", "128x256"],
+    "WG_STAGES": [2, 3, 4, 5, 6],
 }
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
@@ -395,6 +413,162 @@ __device__ __forceinline__ void matmul_tile(T* __restrict__ out, const T* __rest
 MATMUL_DTYPE(f32, float)
 MATMUL_DTYPE(f16, __half)
 MATMUL_DTYPE(bf16, __nv_bfloat16)
+
+// ================= Part 3: fp16 / bf16 on Hopper (sm_90a) -- TMA + mbarrier ring + wgmma, warp-specialised ==========
+// Defines: WG_BM x WG_BN (block tile: 128 x 256 or 128 x 128), WG_STAGES (shared-memory ring), GROUP_M (as Part 1).
+// 384 threads = 3 warpgroups. Warpgroup 0 is the producer: one thread issues the TMA copies of every K slice
+// (cp.async.bulk.tensor, 128-byte swizzle) into a WG_STAGES ring and arms its "full" mbarrier with the byte count;
+// the other 127 threads have nothing to do, so the warpgroup gives registers back (setmaxnreg.dec 40). Warpgroups
+// 1 and 2 are consumers (setmaxnreg.inc 232): each owns 64 rows of the tile and issues wgmma.m64nWG_BNk16 straight
+// from shared memory (4 a slice, BK = 64), fp32 accumulators in registers (WG_BN / 2 a thread: 128 at BN 256),
+// and releases the stage through its "empty" mbarrier once the wgmma that read it has completed.
+// Register budget: 128 x 40 + 256 x 232 = 64,512 <= 65,536 registers of an SM (one block an SM).
+// wgmma, setmaxnreg and the tensor-map fence exist only on sm_90a (arch-specific): the launcher builds this file for
+// sm_90a on an sm_90 device and uses Part 1 anywhere else; other arches compile the kernels as traps.
+constexpr int WG_BK = 64;                         // 64 16-bit elements = 128 bytes = one 128B-swizzle row
+constexpr int WG_THREADS = 384;
+constexpr int WG_A_BYTES = WG_BM * WG_BK * 2;     // 16 KiB
+constexpr int WG_B_BYTES = WG_BN * WG_BK * 2;     // 32 KiB at BN 256
+constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES;
+constexpr int WG_CONSUMER_WARPS = 8;              // arrivals that free a stage: lane 0 of each consumer warp
+static_assert(WG_BM == 128, "two consumer warpgroups x 64 rows (wgmma's M)");
+static_assert(WG_BN == 128 || WG_BN == 256, "wgmma m64nNk16 instantiated for N = 128 and 256");
+static_assert(WG_STAGES >= 2, "the ring needs at least two stages");
+
+// mbar_*, tma_load_2d, tensormap_acquire, wg_desc, wg_fence / wg_commit / wg_wait / wg_fence_acc and
+// Wgmma<T, N, TRANS_B> come from nvrtc.PRELUDE (its sm_90a block, autokernel_ci/nvrtc.py), shared with flash attention.
+
+// out[m,n] (contiguous) = a @ b through tensor maps (built by the launcher, nvrtc.tensor_map, 128-byte swizzle):
+//   map_a: a [m, k] rows, box 64 (k) x 128 (rows)                      -> A tile [128 rows][128 B], K-major
+//   B_KMAJOR (b = W.T, W [n, k] rows): map_b box 64 (k) x WG_BN (rows)  -> B tile [WG_BN rows][128 B], K-major
+//   !B_KMAJOR (b [k, n] rows): map_b box 64 (n) x 64 (k), WG_BN / 64 boxes a slice -> WG_BN / 64 blocks of
+//       [64 k-rows][128 B of n], N-major: wgmma reads them transposed (imm-trans-b = 1), no copy of b.
+// Descriptors (LBO / SBO in bytes; the layouts are the PTX ISA's canonical 128B-swizzle ones, checked on the CPU by
+// tests/kernels/test_cuda_matmul_layout.py):
+//   K-major (A, B of nt): rows of 128 bytes, 8-row core groups 1024 bytes apart -> SBO 1024; LBO unused (16);
+//       k step ks (16 elements = 32 bytes) starts 32 ks bytes into the row: the hardware applies the swizzle XOR to
+//       the final address, exactly as the TMA did when it wrote the tile.
+//   N-major (B of nn): ((8 x 16 B along n, n / 64 blocks), (8 k-rows, k / 8 groups)) -> 64-element n blocks one TMA
+//       box apart: LBO = 64 rows x 128 B = 8192; 8-row k groups: SBO = 1024; k step ks starts 16 ks rows = 2048 ks
+//       bytes in.
+template <typename T, bool B_KMAJOR>
+__device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_a, const void* map_b, int m, int n,
+                                           int k) {
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+    extern __shared__ __align__(128) unsigned char dsmem[];  // same declaration as Part 1 (one symbol)
+    // 128B-swizzled tiles must start on a 1024-byte boundary (the pattern repeats every 8 rows of 128 bytes and both
+    // the TMA and wgmma take the row phase from address bits 7-9): round up; the launcher adds 1 KiB of slack.
+    const unsigned base = (smem_addr(dsmem) + 1023u) & ~1023u;
+    const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
+    const int wg = threadIdx.x / 128;
+
+    // Grouped block order, as in Part 1: GROUP_M row panels of tiles column by column (B panels shared in L2).
+    const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
+    const int per_group = GROUP_M * tiles_n;
+    const int first_m = (blockIdx.x / per_group) * GROUP_M;
+    const int group_rows = min(tiles_m - first_m, GROUP_M);
+    const int in_group = blockIdx.x % per_group;
+    const int bm = (first_m + in_group % group_rows) * WG_BM;
+    const int bn = (in_group / group_rows) * WG_BN;
+    const int ktiles = (k + WG_BK - 1) / WG_BK;
+
+    if (threadIdx.x == 0) {
+#pragma unroll
+        for (int s = 0; s < WG_STAGES; ++s) {
+            mbar_init(bars + 8 * s, 1);                                         // the producer's arrive.expect_tx
+            mbar_init(bars + 8 * (WG_STAGES + s), WG_CONSUMER_WARPS);           // one arrival a consumer warp
+        }
+        asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the async proxy (TMA)
+    }
+    __syncthreads();  // the last block-wide barrier: the roles below never wait for each other's threads
+
+    if (wg == 0) {  // ---- producer ----
+        asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
+        if (threadIdx.x == 0) {
+            tensormap_acquire(map_a);
+            tensormap_acquire(map_b);
+            for (int kt = 0; kt < ktiles; ++kt) {
+                const int s = kt % WG_STAGES;
+                // Stage s last held slice kt - STAGES: wait for the ((kt / STAGES) - 1)-th release of it.
+                if (kt >= WG_STAGES) mbar_wait(bars + 8 * (WG_STAGES + s), ((kt / WG_STAGES) - 1) & 1);
+                const unsigned full = bars + 8 * s;
+                const unsigned As = base + s * WG_STAGE_BYTES, Bs = As + WG_A_BYTES;
+                mbar_arrive_expect_tx(full, WG_STAGE_BYTES);
+                tma_load_2d(As, map_a, full, kt * WG_BK, bm);
+                if constexpr (B_KMAJOR) {
+                    tma_load_2d(Bs, map_b, full, kt * WG_BK, bn);
+                } else {
+#pragma unroll
+                    for (int j = 0; j < WG_BN / 64; ++j) {  // one 64 (n) x 64 (k) box = 8 KiB a 64-column block
+                        tma_load_2d(Bs + j * 8192, map_b, full, bn + 64 * j, kt * WG_BK);
+                    }
+                }
+            }
+        }
+    } else {  // ---- consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127 ----
+        asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+        float acc[WG_BN / 2];
+#pragma unroll
+        for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.f;
+        const unsigned a_rows = (wg - 1) * 64 * 128;  // this warpgroup's 64 rows of 128 bytes in the A tile
+        for (int kt = 0; kt < ktiles; ++kt) {
+            const int s = kt % WG_STAGES;
+            mbar_wait(bars + 8 * s, (kt / WG_STAGES) & 1);
+            const unsigned As = base + s * WG_STAGE_BYTES, Bs = As + WG_A_BYTES;
+            wg_fence_acc(acc);
+            wg_fence();
+#pragma unroll
+            for (int ks = 0; ks < WG_BK / 16; ++ks) {
+                const unsigned long long da = wg_desc(As + a_rows + 32 * ks, 16, 1024);
+                const unsigned long long db =
+                    B_KMAJOR ? wg_desc(Bs + 32 * ks, 16, 1024) : wg_desc(Bs + 2048 * ks, 8192, 1024);
+                Wgmma<T, WG_BN, B_KMAJOR ? 0 : 1>::run(acc, da, db, 1);
+            }
+            wg_commit();
+            // Keep this slice's 4 wgmma in flight; the previous slice's have completed: free its stage.
+            wg_wait<1>();
+            wg_fence_acc(acc);
+            if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (WG_STAGES + (kt - 1) % WG_STAGES));
+        }
+        wg_wait<0>();
+        wg_fence_acc(acc);
+
+        // Epilogue straight from the accumulators (fragment layout above), bounds-checked; pairs of columns go out
+        // as one 4-byte store when n is even (then every even column is 4-byte aligned).
+        const bool pairs = (n & 1) == 0;
+        const int row0 = bm + (wg - 1) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+        for (int j = 0; j < WG_BN / 8; ++j) {
+            const int col = bn + 8 * j + 2 * (lane & 3);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int row = row0 + 8 * h;
+                if (row >= m || col >= n) continue;
+                T* o = out + (long long)row * n + col;
+                if (pairs) {
+                    store2(o, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                } else {
+                    o[0] = from_float<T>(acc[4 * j + 2 * h]);
+                    if (col + 1 < n) o[1] = from_float<T>(acc[4 * j + 2 * h + 1]);
+                }
+            }
+        }
+    }
+#else
+    __trap();  // built for an arch without wgmma: the launcher never launches this (it builds sm_90a or uses Part 1)
+#endif
+}
+
+#define WGMMA_KERNEL(NAME, T, B_KMAJOR)                                                                          \
+    extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) matmul_wgmma_##NAME(                             \
+        T* __restrict__ out, const void* __restrict__ map_a, const void* __restrict__ map_b, int m, int n, int k) { \
+        wgmma_gemm<T, B_KMAJOR>(out, map_a, map_b, m, n, k);                                                     \
+    }
+WGMMA_KERNEL(f16_nn, __half, false)
+WGMMA_KERNEL(f16_nt, __half, true)
+WGMMA_KERNEL(bf16_nn, __nv_bfloat16, false)
+WGMMA_KERNEL(bf16_nt, __nv_bfloat16, true)
 """
 
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
@@ -427,23 +601,52 @@ def _stages(limit=_SHARED_LIMIT):
     return max(2, min(CONFIG["STAGES"], limit // _stage_bytes()))
 
 
+def _wg_tile():
+    """(WG_BM, WG_BN) from CONFIG["WG_TILE"], e.g. "128x256"."""
+    bm, bn = (int(v) for v in CONFIG["WG_TILE"].split("x"))
+    return bm, bn
+
+
+# Shared memory beyond the wgmma ring: up to 1 KiB to round the ring's start up to 1024 bytes (128B-swizzle tiles),
+# then 2 x 8 bytes of mbarriers a stage (<= 1 KiB).
+_WG_SLACK = 2048
+
+
+def _wg_stage_bytes():
+    bm, bn = _wg_tile()
+    return (bm + bn) * 64 * 2  # BK 64 of 16-bit elements: 48 KiB at 128x256, 32 KiB at 128x128
+
+
+def _wg_stages(limit=_SHARED_LIMIT):
+    return max(2, min(CONFIG["WG_STAGES"], (limit - _WG_SLACK) // _wg_stage_bytes()))
+
+
+def _wg_shared(limit=_SHARED_LIMIT):
+    return _wg_stages(limit) * _wg_stage_bytes() + _WG_SLACK
+
+
 def _defines(limit=_SHARED_LIMIT):
     bm, bn, wm, wn = _tile()
+    wg_bm, wg_bn = _wg_tile()
     return {"BM": bm, "BN": bn, "BK": CONFIG["BK"], "WARPS_M": wm, "WARPS_N": wn, "STAGES": _stages(limit),
-            "GROUP_M": CONFIG["GROUP_M"], **_WMMA}
+            "GROUP_M": CONFIG["GROUP_M"], "WG_BM": wg_bm, "WG_BN": wg_bn, "WG_STAGES": _wg_stages(limit), **_WMMA}
 
 
 _WMMA_NAMES = [f"matmul_{s}_{v}" for s in _SUFFIX.values() for v in "sv"]
 _MMA_NAMES = [f"matmul_mma_{s}_{lay}" for s in ("f16", "bf16") for lay in ("nn", "nt")]
+_WGMMA_NAMES = [f"matmul_wgmma_{s}_{lay}" for s in ("f16", "bf16") for lay in ("nn", "nt")]
+WGMMA_ARCH = "sm_90a"  # wgmma / setmaxnreg are arch-specific: built for sm_90a, run on sm_90 devices only
 
 
 def cuda_builds():
-    """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
-    return [(CUDA_SOURCE, _defines(), _WMMA_NAMES + _MMA_NAMES)]
+    """(source, defines, kernel names[, arch]) of every build kernel_fn may request (the tests compile each; no arch:
+    the device's own, sm_90 in the tests). The sm_90 build holds the wgmma kernels as traps (never launched)."""
+    names = _WMMA_NAMES + _MMA_NAMES + _WGMMA_NAMES
+    return [(CUDA_SOURCE, _defines(), names), (CUDA_SOURCE, _defines(), names, WGMMA_ARCH)]
 
 
-def _kernel(name, limit=_SHARED_LIMIT):
-    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(limit), source_name="matmul.cu")
+def _kernel(name, limit=_SHARED_LIMIT, arch=None):
+    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(limit), arch=arch, source_name="matmul.cu")
 
 
 def _rows16(t):
@@ -489,6 +692,51 @@ def _launch_mma(out, a, b):
                  args=(out, a, b, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k), nvrtc.i64(lda), nvrtc.i64(ldb)))
 
 
+def _wgmma_arch(device):
+    """The arch the wgmma kernels are built for on `device` (sm_90a on sm_90: H100 / H200), None where wgmma does
+    not exist (sm_80, sm_89, and sm_100+, whose tensor cores take tcgen05 instead): then "mma" runs."""
+    if device.type != "cuda" or nvrtc.device_arch(device.index) != "sm_90":
+        return None
+    return WGMMA_ARCH
+
+
+def _launch_wgmma(out, a, b):
+    """The TMA + wgmma kernel; False (nothing launched) where it cannot run: the caller then uses "mma".
+
+    TMA needs 16-byte aligned bases and row strides; like the mma path, an operand without them is first copied
+    into zero-padded rows (_aligned_rows), so wgmma runs on every shape (K = 777 too) and the GPU check's odd and
+    edge sets exercise its ragged edges. TMA zero-fills the boxes past M, N, K; the epilogue bounds its stores.
+    """
+    arch = _wgmma_arch(a.device)
+    if arch is None:
+        return False
+    m, k = a.shape
+    n = b.shape[1]
+    # Padded copies are viewed at their true width: the maps' bounds stay M, N, K (TMA zero-fills past them).
+    a = _aligned_rows(a)[0][:, :k]
+    if _rows16(b) is not None:
+        layout, rows = "nn", b  # b [K, N] rows: N-major tiles, read transposed by wgmma
+    elif _rows16(b.t()) is not None:
+        layout, rows = "nt", b.t()  # b = W.T: W's [N, K] rows are K-major tiles, like a's
+    elif b.stride(0) < b.stride(1):
+        layout, rows = "nt", _aligned_rows(b.t())[0][:, :k]
+    else:
+        layout, rows = "nn", _aligned_rows(b)[0][:, :n]
+    bm, bn = _wg_tile()
+    try:  # boxes (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts Part 3's descriptors expect
+        map_a = nvrtc.tensor_map(a, (bm, 64), swizzle=128)
+        map_b = nvrtc.tensor_map(rows, (64, 64) if layout == "nn" else (bn, 64), swizzle=128)
+    except nvrtc.TensorMapError as exc:
+        nvrtc.warn_once(f"matmul VARIANT 'wgmma' falls back to 'mma': {exc}")
+        return False
+    limit = _shared_limit(a.device)
+    kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", limit, arch=arch)
+    grid = (math.ceil(m / bm) * math.ceil(n / bn),)
+    nvrtc.launch(kernel, grid=grid, block=(384,), shared_mem=_wg_shared(limit),
+                 args=(out, map_a, map_b, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))
+    return True
+
+
 def _launch_wmma(out, a, b):
     m, k = a.shape
     n = b.shape[1]
@@ -511,8 +759,8 @@ def kernel_fn(a, b):
         return out
     if k == 0:
         return out.zero_()
-    if a.dtype != torch.float32 and CONFIG["VARIANT"] == "mma":
-        _launch_mma(out, a, b)
-    else:
+    if a.dtype == torch.float32 or CONFIG["VARIANT"] == "wmma":
         _launch_wmma(out, a, b)
+    elif CONFIG["VARIANT"] != "wgmma" or not _launch_wgmma(out, a, b):
+        _launch_mma(out, a, b)  # "mma", or "wgmma" off sm_90 / without tensor maps
     return out

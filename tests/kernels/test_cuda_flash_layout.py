@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import pytest
 import torch
+from hopper_model import cuobjdump, hopper_build, load_starter, tma_load, wg_desc, wgmma_operand
 
 INF = math.inf
 
@@ -192,3 +194,351 @@ def test_fragment_math_matches_attention(seq, d, causal, warps, bn, std):
     want = _reference(q, k, v, causal, scale)
     assert not torch.isnan(got).any()
     torch.testing.assert_close(got, want, rtol=1e-9, atol=1e-9)
+
+
+# ==== VARIANT "wgmma" (namespace fa3): TMA tiles, wgmma descriptors and register fragments, replayed on the CPU ====
+# PTX ISA models (as in test_cuda_matmul_layout.py, restated here):
+#   * TMA with CU_TENSOR_MAP_SWIZZLE_128B writes box row i, column j (16-bit) to byte dst + 128 i + 2 j, then XORs
+#     address bits 4-6 with bits 7-9 (dst 1024-byte aligned); out-of-bounds elements arrive as zeros;
+#   * wgmma reads a [rows x 16] operand through a descriptor (start, LBO, SBO, 128B swizzle):
+#       K-major  (row mn, k kk) -> 128 (mn % 8) + SBO (mn / 8) + 2 kk
+#       MN-major (mn, kk)       -> 2 (mn % 64) + LBO (mn / 64) + 128 (kk % 8) + SBO (kk / 8)
+#     plus the start address, then the same XOR on the absolute address;
+#   * accumulator fragment of m64nNk16 (figure wgmma-64N16-D): warp w, lane l, register i ->
+#       row 16 w + l / 4 + 8 ((i / 2) % 2), col 8 (i / 4) + 2 (l % 4) + (i % 2);
+#   * register A fragment of m64nNk16 (figure wgmma-64N16-A; an independent statement of the figure): warp w, lane l,
+#     element e = 0..7 (register e / 2, low half first) -> row 16 w + l / 4 + 8 ((e / 2) % 2), col 8 (e / 4) +
+#     2 (l % 4) + (e % 2). Spot checks from the figure: (w0, l0, e0..4) = (0,0) (0,1) (8,0) (8,1) (0,8);
+#     (w3, l31, e7) = (63, 15); (w2, l17, e5) = (36, 11).
+# The kernel-side formulas below (Q/K/V box destinations, TMA coordinates, descriptor arguments, the P packing
+# 8 kk + 2 e, the mask and softmax indices, the epilogue) are copied from kernels/cuda/flash_attention.py (fa3):
+# change them together.
+
+
+_W, _L, _E = np.meshgrid(np.arange(4), np.arange(32), np.arange(8), indexing="ij")
+A_ROW = 16 * _W + _L // 4 + 8 * ((_E // 2) % 2)  # register A fragment (figure wgmma-64N16-A)
+A_COL = 8 * (_E // 4) + 2 * (_L % 4) + _E % 2
+
+
+def _acc_coords(n):
+    w, lane, i = np.meshgrid(np.arange(4), np.arange(32), np.arange(n // 2), indexing="ij")
+    return 16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + i % 2
+
+
+def _to_regs(mat):
+    rows, cols = _acc_coords(mat.shape[1])
+    return mat[rows, cols]
+
+
+def _from_regs(regs, n):
+    rows, cols = _acc_coords(n)
+    mat = np.full((64, n), np.nan)
+    mat[rows, cols] = regs
+    assert not np.isnan(mat).any()
+    return mat
+
+
+def test_register_a_fragment_matches_the_ptx_figure_and_the_accumulator_columns():
+    assert [(A_ROW[0, 0, e], A_COL[0, 0, e]) for e in range(5)] == [(0, 0), (0, 1), (8, 0), (8, 1), (0, 8)]
+    assert (A_ROW[3, 31, 7], A_COL[3, 31, 7]) == (63, 15) and (A_ROW[2, 17, 5], A_COL[2, 17, 5]) == (36, 11)
+    # A covers the 64 x 16 matrix once
+    assert sorted(zip(A_ROW.ravel().tolist(), A_COL.ravel().tolist(), strict=True)) == [
+        (r, c) for r in range(64) for c in range(16)]
+    # the kernel's packing: A element e of k slice kk is accumulator register 8 kk + e (regs 2e', 2e'+1 of pair e')
+    rows, cols = _acc_coords(128)
+    for kk in range(8):
+        assert (rows[:, :, 8 * kk:8 * kk + 8] == A_ROW).all()
+        assert (cols[:, :, 8 * kk:8 * kk + 8] == A_COL + 16 * kk).all()
+
+
+def _rs_wgmma(o_regs, pa, b_op):
+    """O (registers) += A (register fragment pa[w, l, 0..7]) @ B, b_op = [N, 16] as wgmma reads it."""
+    a = np.full((64, 16), np.nan)
+    a[A_ROW, A_COL] = pa
+    assert not np.isnan(a).any()
+    return _to_regs(_from_regs(o_regs, b_op.shape[0]) + a @ b_op.T)
+
+
+def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16):
+    """Every block of fa3::attention; q [B, H, S, D], k / v [B, Hkv, S, D] (float64). Producer and consumers run in
+    program order (the ring's ordering is the mbarriers' job); everything else follows the kernel line by line."""
+    bsz, heads, seq, d = q.shape
+    kv_heads = k.shape[1]
+    assert seq % 128 == 0 and d in (64, 128)
+    q2, k2, v2 = q.reshape(-1, d), k.reshape(-1, d), v.reshape(-1, d)
+    q_chunk, kv_chunk, q_bytes, kv_bytes = 128 * 128, bn * 128, 128 * d * 2, bn * d * 2
+    base = (smem_start + 1023) & ~1023
+    kv0 = base + q_bytes
+    smem = np.full((kv0 + stages * 2 * kv_bytes) // 2, np.nan)
+    out = np.full((bsz * heads * seq, d), np.nan)
+    scale_log2 = sm_scale * math.log2(math.e)
+    lane = np.arange(32)[None, :, None]
+    warp = np.arange(4)[:, None, None]
+    for bh in range(bsz * heads):
+        for mblock in range(seq // 128):
+            q0 = mblock * 128
+            b, h = bh // heads, bh % heads
+            hk = h // (heads // kv_heads)
+            kend = min(seq, q0 + 128) if causal else seq
+            nblocks = -(-kend // bn)
+            q_row, kv_row = bh * seq + q0, (b * kv_heads + hk) * seq
+            for c in range(d // 64):
+                tma_load(smem, base + c * q_chunk, q2, 64 * c, q_row, 64, 128)
+            state = {}
+            for wg in (1, 2):
+                state[wg] = dict(o=np.zeros((4, 32, d // 2)), m=np.full((2, 4, 32, 1), -INF), l=np.zeros((2, 4, 32, 1)))
+            for j in range(nblocks):
+                s = j % stages
+                ks = kv0 + s * 2 * kv_bytes
+                vs = ks + kv_bytes
+                for c in range(d // 64):  # producer
+                    tma_load(smem, ks + c * kv_chunk, k2, 64 * c, kv_row + j * bn, 64, bn)
+                    tma_load(smem, vs + c * kv_chunk, v2, 64 * c, kv_row + j * bn, 64, bn)
+                n0 = j * bn
+                for wg in (1, 2):
+                    st = state[wg]
+                    row_base = q0 + (wg - 1) * 64
+                    r0 = row_base + warp * 16 + (lane >> 2)
+                    if causal and n0 > row_base + 63:
+                        continue
+                    q_wg = base + (wg - 1) * 64 * 128
+                    sacc = np.zeros((64, bn))
+                    for kc in range(d // 16):
+                        da = wg_desc(q_wg + (kc // 4) * q_chunk + 32 * (kc % 4), 16, 1024)
+                        db = wg_desc(ks + (kc // 4) * kv_chunk + 32 * (kc % 4), 16, 1024)
+                        sacc += wgmma_operand(smem, da, 64, False) @ wgmma_operand(smem, db, bn, False).T
+                    sc = _to_regs(sacc)  # [4, 32, bn / 2]
+                    i = np.arange(bn // 2)[None, None, :]
+                    half = (i // 2) % 2
+                    if causal and n0 + bn - 1 > row_base:
+                        key = n0 + 8 * (i // 4) + 2 * (lane & 3) + (i & 1)
+                        sc = np.where(key > r0 + 8 * half, -INF, sc)
+                    mx = np.stack([np.where(half == r, sc, -INF).max(axis=2, keepdims=True) for r in range(2)])
+                    for x in (1, 2):  # shfl_xor over lanes
+                        mx = np.maximum(mx, mx[:, :, np.arange(32) ^ x])
+                    m_new = np.maximum(st["m"], mx * scale_log2)
+                    mu = np.where(m_new == -INF, 0.0, m_new)
+                    alpha = np.exp2(st["m"] - mu)
+                    st["m"], st["l"] = m_new, st["l"] * alpha
+                    io = np.arange(d // 2)[None, None, :]
+                    st["o"] = st["o"] * np.where((io // 2) % 2 == 0, alpha[0], alpha[1])
+                    p = np.exp2(sc * scale_log2 - np.where(half == 0, mu[0], mu[1]))
+                    for r in range(2):
+                        st["l"][r] += np.where(half == r, p, 0.0).sum(axis=2, keepdims=True)
+                    for kk in range(bn // 16):
+                        pa = p[:, :, 8 * kk:8 * kk + 8]  # packed pairs (8 kk + 2 e, + 1) = elements 2e, 2e + 1
+                        b_op = wgmma_operand(smem, wg_desc(vs + 2048 * kk, kv_chunk, 1024), d, True)
+                        st["o"] = _rs_wgmma(st["o"], pa, b_op)
+            for wg in (1, 2):  # epilogue
+                st = state[wg]
+                r0 = q0 + (wg - 1) * 64 + warp * 16 + (lane >> 2)
+                for r in range(2):
+                    lsum = st["l"][r]
+                    lsum = lsum + lsum[:, np.arange(32) ^ 1]
+                    lsum = lsum + lsum[:, np.arange(32) ^ 2]
+                    inv = np.where(lsum > 0, 1.0 / lsum, 0.0)
+                    for w in range(4):
+                        for ln in range(32):
+                            row = r0[w, ln, 0] + 8 * r
+                            for jj in range(d // 8):
+                                col = 8 * jj + 2 * (ln & 3)
+                                for e in range(2):
+                                    flat = bh * seq + row
+                                    assert np.isnan(out[flat, col + e]), "an output element is written twice"
+                                    out[flat, col + e] = st["o"][w, ln, 4 * jj + 2 * r + e] * inv[w, ln, 0]
+    assert not np.isnan(out).any(), "some output element was never written"
+    return out.reshape(bsz, heads, seq, d)
+
+
+@pytest.mark.parametrize(("b", "h", "hkv", "seq", "d", "causal", "bn"), [
+    (1, 2, 1, 256, 64, True, 128),
+    (1, 2, 2, 128, 128, False, 128),
+    (1, 4, 2, 256, 128, True, 64),
+    (2, 1, 1, 384, 64, False, 64),
+    (1, 1, 1, 256, 128, True, 128),
+])
+def test_wgmma_emulated_kernel_computes_attention(b, h, hkv, seq, d, causal, bn):
+    gen = torch.Generator().manual_seed(seq + d + bn)
+    q = torch.randn(b, h, seq, d, generator=gen, dtype=torch.float64)
+    k = torch.randn(b, hkv, seq, d, generator=gen, dtype=torch.float64)
+    v = torch.randn(b, hkv, seq, d, generator=gen, dtype=torch.float64)
+    scale = 1 / math.sqrt(d)
+    got = fa3_emulate(q.numpy(), k.numpy(), v.numpy(), causal, scale, bn, stages=2 if bn == 128 else 3)
+    kk, vv = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
+    s = q @ kk.transpose(-1, -2) * scale
+    if causal:
+        s = s.masked_fill(torch.ones(seq, seq, dtype=torch.bool).triu(1), -INF)
+    np.testing.assert_allclose(got, (torch.softmax(s, -1) @ vv).numpy(), rtol=1e-9, atol=1e-9)
+
+
+@pytest.mark.parametrize("bn", [64, 128])
+def test_wgmma_v_descriptor_reads_v_transposed_element_by_element(bn):
+    smem = np.full(65536, np.nan)
+    v = np.arange(bn * 128, dtype=np.float64).reshape(bn, 128)  # a V tile [keys][D = 128]: two 64-column boxes
+    for c in range(2):
+        tma_load(smem, 8192 + c * bn * 128, v, 64 * c, 0, 64, bn)
+    for kk in range(bn // 16):
+        got = wgmma_operand(smem, wg_desc(8192 + 2048 * kk, bn * 128, 1024), 128, mn_major=True)
+        np.testing.assert_array_equal(got, v[16 * kk:16 * kk + 16].T)  # B[k = key][n = d], read as [n][k]
+        k_op = wgmma_operand(smem, wg_desc(8192 + (kk % 8 // 4) * bn * 128 + 32 * (kk % 4), 16, 1024), bn, False)
+        np.testing.assert_array_equal(k_op, v[:, 16 * (kk % 8):16 * (kk % 8) + 16])  # the same tile read as K
+
+
+# ---- the wgmma launcher on CPU tensors: tensor maps recorded, the kernel replaced by fa3_emulate ----
+FA = load_starter("flash_attention", "cuda", "_cuda_flash_layout")
+
+
+class _FakeMap:
+    def __init__(self, t, box, swizzle):
+        assert t.dim() == 2 and t.is_contiguous() and swizzle == 128 and box[1] * t.element_size() == 128
+        self.rows, self.box = t.double().numpy(), tuple(box)
+
+
+def _fake_launch(kernel, grid, block, args, shared_mem=0):
+    assert kernel.startswith("flash_attention_wgmma_"), kernel
+    out, map_q, map_k, map_v = args[:4]
+    heads, kv_heads, seq, causal, scale_log2 = (a.value for a in args[4:])
+    bsz = out.shape[0]
+    d = out.shape[3]
+    bn = FA.CONFIG["WG_BLOCK_N"]
+    assert tuple(grid) == (seq // 128, bsz * heads) and tuple(block) == (384,)
+    assert shared_mem == FA._wg_shared(d) <= 227 * 1024
+    assert map_q.box == (128, 64) and map_k.box == map_v.box == (bn, 64)
+    assert map_q.rows.shape == (bsz * heads * seq, d) and map_k.rows.shape == (bsz * kv_heads * seq, d)
+    got = fa3_emulate(map_q.rows.reshape(bsz, heads, seq, d), map_k.rows.reshape(bsz, kv_heads, seq, d),
+                      map_v.rows.reshape(bsz, kv_heads, seq, d), bool(causal), scale_log2 / math.log2(math.e), bn,
+                      FA._wg_stages(d))
+    out.copy_(torch.from_numpy(got))
+
+
+@pytest.mark.parametrize("bn", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, dtype, bn):
+    monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
+    monkeypatch.setitem(FA.CONFIG, "WG_BLOCK_N", bn)
+    monkeypatch.setattr(FA, "_wgmma_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(FA.nvrtc, "compile_kernel", lambda src, name, defines=None, arch=None, source_name=None:
+                        (arch == "sm_90a" or pytest.fail(arch)) and name)
+    monkeypatch.setattr(FA.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
+    monkeypatch.setattr(FA.nvrtc, "launch", _fake_launch)
+    gen = torch.Generator().manual_seed(3)
+    q = torch.randn(1, 4, 256, 64, generator=gen).to(dtype)
+    k = torch.randn(1, 2, 256, 64, generator=gen).to(dtype)
+    v = torch.randn(1, 2, 256, 64, generator=gen).to(dtype)
+    for causal in (False, True):
+        got = FA.kernel_fn(q, k, v, causal, 0.125)
+        kk, vv = k.double().repeat_interleave(2, 1), v.double().repeat_interleave(2, 1)
+        s = q.double() @ kk.transpose(-1, -2) * 0.125
+        if causal:
+            s = s.masked_fill(torch.ones(256, 256, dtype=torch.bool).triu(1), -INF)
+        expected = torch.softmax(s, -1) @ vv
+        assert got.dtype == dtype and torch.allclose(got.double(), expected, atol=1e-2, rtol=1e-2)
+
+
+def _on_hopper() -> bool:
+    return torch.cuda.is_available() and torch.cuda.get_device_capability() == (9, 0)
+
+
+@pytest.mark.skipif(not _on_hopper(), reason="needs an sm_90 GPU (H100 / H200)")
+@pytest.mark.parametrize("bn", [64, 128])
+@pytest.mark.parametrize("d", [64, 128])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn):
+    """The real sm_90a kernel (not the fallback: the launcher is spied on) against the spec's reference, causal and
+    not, GQA 4:2, S = 384 (three 128-row query blocks), in fp16 and bf16."""
+    from autokernel_ci.compare import compare
+    from autokernel_ci.specs import get_spec
+
+    spec = get_spec("flash_attention")
+    ran = []
+    real = FA._launch_wgmma
+    monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
+    monkeypatch.setitem(FA.CONFIG, "WG_BLOCK_N", bn)
+    monkeypatch.setattr(FA, "_launch_wgmma", lambda *a: ran.append(real(*a)) or ran[-1])
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    for causal in (True, False):
+        inputs = spec.make_inputs({"B": 1, "H": 4, "Hkv": 2, "S": 384, "D": d, "causal": causal}, dtype,
+                                  torch.device("cuda"), gen)
+        out = FA.kernel_fn(*inputs)
+        torch.cuda.synchronize()
+        failure = compare(out, spec.run_reference(inputs), spec.tolerances[dtype], expect_dtype=dtype)
+        assert failure is None, failure
+    assert ran == [True, True], "the wgmma kernel did not run (fallback to mma)"
+
+
+def test_wgmma_falls_back_to_mma_where_it_cannot_run(monkeypatch):
+    launched = []
+    monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
+    monkeypatch.setattr(FA.nvrtc, "compile_kernel", lambda src, name, **kw: name)
+    monkeypatch.setattr(FA.nvrtc, "launch", lambda kernel, **kw: launched.append(kernel))
+    q = torch.ones(1, 2, 128, 64, dtype=torch.bfloat16)
+    FA.kernel_fn(q, q, q, True, 0.125)  # a CPU tensor: no sm_90 device
+    assert launched == ["flash_attention_mma_bf16"]
+    monkeypatch.setattr(FA, "_wgmma_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(FA.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
+    cases = [
+        (torch.ones(1, 2, 100, 64, dtype=torch.bfloat16),) * 3,  # ragged S
+        (torch.ones(1, 2, 128, 32, dtype=torch.float16),) * 3,  # D = 32
+        (torch.ones(1, 2, 128, 64),) * 3,  # fp32 (the WMMA kernel)
+        (torch.ones(1, 128, 2, 64, dtype=torch.bfloat16).transpose(1, 2),) * 3,  # strided [B, S, H, D] view
+    ]
+    for q, k, v in cases:
+        FA.kernel_fn(q, k, v, False, 0.125)
+    FA.kernel_fn(*(torch.ones(1, 2, 128, 64, dtype=torch.bfloat16),) * 3, False, -0.125)  # sm_scale <= 0
+    assert launched[1:] == ["flash_attention_mma_bf16", "flash_attention_mma_f16", "flash_attention_wmma_f32",
+                            "flash_attention_mma_bf16", "flash_attention_mma_bf16"]
+
+    def refuse(t, box, swizzle=128):
+        raise FA.nvrtc.TensorMapError("cuda.bindings is not installed")
+
+    monkeypatch.setattr(FA.nvrtc, "tensor_map", refuse)
+    with pytest.warns(RuntimeWarning, match="falls back"):
+        FA.kernel_fn(*(torch.ones(1, 2, 128, 64, dtype=torch.bfloat16),) * 3, False, 0.125)
+    assert launched[-1] == "flash_attention_mma_bf16"
+
+
+def test_every_wgmma_search_space_point_fits_shared_memory():
+    original = dict(FA.CONFIG)
+    try:
+        for bn in FA.SEARCH_SPACE["WG_BLOCK_N"]:
+            for stages in FA.SEARCH_SPACE["WG_STAGES"]:
+                for d in FA.WG_HEAD_DIMS:
+                    FA.CONFIG.update(WG_BLOCK_N=bn, WG_STAGES=stages)
+                    st = FA._defines(d)["WG_STAGES"]
+                    assert 2 <= st <= stages
+                    q_bytes, kv_bytes = 128 * d * 2, bn * d * 2
+                    # 1023 bytes of round-up, the tiles, (1 + 2 stages) mbarriers of 8 bytes
+                    assert 1023 + q_bytes + 2 * st * kv_bytes + 8 * (1 + 2 * st) <= FA._wg_shared(d) <= 227 * 1024
+    finally:
+        FA.CONFIG.clear()
+        FA.CONFIG.update(original)
+
+
+# ---- what nvcc makes of fa3 for sm_90a (the build the H200 runs) ----
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("bn", [128, 64])
+def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path, bn):
+    import re
+    import subprocess
+
+    from autokernel_ci import nvrtc
+
+    source, defines, names, arch = hopper_build(FA, WG_BLOCK_N=bn)
+    assert arch == "sm_90a" and defines["HEAD_DIM"] == 128
+    cubin = tmp_path / "fa.cubin"
+    result = nvrtc.compile_check(source, arch, defines=defines, source_name="flash_attention.cu", ptxas_verbose=True,
+                                 keep_cubin=cubin)
+    log = result.log.splitlines()
+    for name in ("flash_attention_wgmma_f16", "flash_attention_wgmma_bf16"):
+        at = next(i for i, line in enumerate(log) if f"Function properties for {name}" in line)
+        assert "0 bytes spill stores, 0 bytes spill loads" in log[at + 1], log[at + 1]
+    cuobjdump_bin = cuobjdump()
+    if cuobjdump_bin is None:
+        pytest.skip("cuobjdump not found")
+    sass = subprocess.run([cuobjdump_bin, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    body = sass.split("Function : flash_attention_wgmma_bf16")[1].split("Function :")[0]
+    # S = Q K^T: both operands from shared memory (descriptors), N = BN
+    assert len(re.findall(rf"HGMMA\.64x{bn}x16\.F32\.BF16 R\d+, gdesc\[UR\d+\]", body)) == 128 // 16
+    # O += P V: A = P from registers, B = V through the transpose bit, N = D
+    assert len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", body)) == bn // 16
+    assert body.count("UTMALDG.2D") == 6 and "USETMAXREG" in body and "SYNCS.PHASECHK" in body

@@ -13,23 +13,16 @@ numpy's matmul. If a formula changes in the CUDA source, change it here too.
 
 from __future__ import annotations
 
-import importlib.util
+import shutil
+import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 import torch
+from hopper_model import cuobjdump, hopper_build, load_starter, tma_load, wg_desc, wgmma_operand
 
-from autokernel_ci.paths import starter_kernel
-
-
-def _module():
-    spec = importlib.util.spec_from_file_location("_cuda_matmul_layout", starter_kernel("matmul", "cuda"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
-MODULE = _module()
+MODULE = load_starter("matmul", "cuda", "_cuda_matmul_layout")
 LANES = np.arange(32)
 
 
@@ -315,3 +308,309 @@ def test_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype):
     for name, x, y in _layouts(a, b):
         got = MODULE.kernel_fn(x, y)
         assert torch.equal(got, expected), f"{name} {shape} {dtype}"
+
+
+# ==== VARIANT "wgmma" (Part 3: TMA + mbarrier ring + wgmma, sm_90a) ===============================================
+# The kernel cannot run here either. Its shared-memory addressing is replayed against two independent models:
+#   * TMA tiled copy with CU_TENSOR_MAP_SWIZZLE_128B: box element (i, j) (j innermost, 128-byte box rows) is written
+#     at byte address A = dst + 128 i + 2 j, moved by the swizzle to A ^ (((A >> 7) & 7) << 4) (16-byte chunk XOR
+#     row mod 8, dst 1024-byte aligned); elements outside the tensor arrive as zeros;
+#   * wgmma's canonical 128B-swizzle layouts (PTX ISA "Shared Memory Matrix Layout"; CUTLASS make_gmma_desc), in
+#     16-bit elements, T = 8 elements = 16 bytes, addresses relative to the descriptor's start address, then the
+#     same XOR applied to the absolute address:
+#       K-major  ((8, m), (T, 2)) : ((8T, SBO), (1, T))       row mn, col kk -> 128 (mn % 8) + SBO (mn / 8) + 2 kk
+#       MN-major ((T, 8, n), (8, k)) : ((1, T, LBO), (8T, SBO)) mn, kk -> 2 (mn % 64) + LBO (mn / 64) + 128 (kk % 8)
+#                                                                  + SBO (kk / 8)
+#     with start, LBO, SBO decoded from the kernel's 64-bit descriptor (bits 0-13, 16-29, 32-45, all >> 4; swizzle
+#     mode bits 62-63 = 1: 128B);
+#   * the m64nNk16 accumulator fragment: warp w, lane l, register i -> row 16w + l/4 + 8 ((i/2) % 2),
+#     col 8 (i/4) + 2 (l%4) + (i%2).
+# If the CUDA formulas (wg_desc arguments, TMA coordinates, stage offsets, epilogue) change, change them here too.
+WG_BK = 64
+
+
+class WgTile:
+    def __init__(self, wg_tile: str, kmajor: bool, stages: int = 3, group_m: int = 8):
+        self.bm, self.bn = (int(v) for v in wg_tile.split("x"))
+        self.kmajor, self.stages, self.group_m = kmajor, stages, group_m
+        self.a_bytes, self.b_bytes = self.bm * WG_BK * 2, self.bn * WG_BK * 2
+        self.stage_bytes = self.a_bytes + self.b_bytes
+
+    block_origin = Tile.block_origin
+
+    def produce(self, smem, base, kt, a, b_rows, bm, bn):
+        """The producer thread's copies of slice kt (map_a box 64 x 128; map_b 64 x BN (nt) or BN/64 boxes 64 x 64)."""
+        s = kt % self.stages
+        a_s = base + s * self.stage_bytes
+        b_s = a_s + self.a_bytes
+        tma_load(smem, a_s, a, kt * WG_BK, bm, 64, self.bm)
+        if self.kmajor:
+            tma_load(smem, b_s, b_rows, kt * WG_BK, bn, 64, self.bn)
+        else:
+            for j in range(self.bn // 64):
+                tma_load(smem, b_s + j * 8192, b_rows, bn + 64 * j, kt * WG_BK, 64, 64)
+
+    def consume(self, smem, base, kt, wg, acc):
+        """Consumer warpgroup wg (1, 2): the 4 wgmma of slice kt with the kernel's descriptors; acc [64, BN]."""
+        s = kt % self.stages
+        a_s = base + s * self.stage_bytes
+        b_s = a_s + self.a_bytes
+        a_rows = (wg - 1) * 64 * 128
+        for ks in range(WG_BK // 16):
+            da = wg_desc(a_s + a_rows + 32 * ks, 16, 1024)
+            db = wg_desc(b_s + 32 * ks, 16, 1024) if self.kmajor else wg_desc(b_s + 2048 * ks, 8192, 1024)
+            a_op = wgmma_operand(smem, da, 64, mn_major=False)
+            b_op = wgmma_operand(smem, db, self.bn, mn_major=not self.kmajor)  # [N, 16]: B transposed
+            acc += a_op @ b_op.T
+
+
+def accumulator_registers(acc: np.ndarray) -> np.ndarray:
+    """regs[warp, lane, i] of the m64nNk16 fragment holding the 64 x N matrix acc (PTX ISA layout)."""
+    n = acc.shape[1]
+    w, lane, i = np.meshgrid(np.arange(4), np.arange(32), np.arange(n // 2), indexing="ij")
+    return acc[16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + (i % 2)]
+
+
+def wg_emulate(t: WgTile, a, b_rows, m, n, k, smem_start: int = 16):
+    """Every block of the wgmma kernel; b_rows is b [K,N] (nn) or W [N,K] (nt, b = W.T)."""
+    base = (smem_start + 1023) & ~1023  # the kernel's round-up of the dynamic shared-memory start
+    smem = np.full((base + t.stages * t.stage_bytes) // 2, np.nan)
+    out = np.full((m, n), np.nan)
+    ktiles = -(-k // WG_BK)
+    for block in range(-(-m // t.bm) * -(-n // t.bn)):
+        bm, bn = t.block_origin(block, m, n)
+        acc = {1: np.zeros((64, t.bn)), 2: np.zeros((64, t.bn))}
+        for kt in range(ktiles):
+            t.produce(smem, base, kt, a, b_rows, bm, bn)
+            for wg in (1, 2):
+                t.consume(smem, base, kt, wg, acc[wg])
+        for wg in (1, 2):  # epilogue, as in the kernel
+            regs = accumulator_registers(acc[wg])
+            for warp in range(4):
+                for lane in range(32):
+                    row0 = bm + (wg - 1) * 64 + warp * 16 + (lane >> 2)
+                    for j in range(t.bn // 8):
+                        col = bn + 8 * j + 2 * (lane & 3)
+                        for h in range(2):
+                            row = row0 + 8 * h
+                            if row >= m or col >= n:
+                                continue
+                            assert np.isnan(out[row, col]), "an output element is written twice"
+                            out[row, col] = regs[warp, lane, 4 * j + 2 * h]
+                            if col + 1 < n:
+                                out[row, col + 1] = regs[warp, lane, 4 * j + 2 * h + 1]
+    return out
+
+
+WG_CASES = [  # (WG_TILE, M, N, K): ragged in every dimension, several blocks and K slices
+    ("128x256", 130, 264, 136),
+    ("128x128", 200, 136, 72),
+    ("128x256", 1, 31, 17),
+    ("128x128", 129, 65, 129),
+    ("128x256", 64, 80, 96),
+]
+
+
+@pytest.mark.parametrize("kmajor", [False, True], ids=["b_rowmajor_nn", "b_kmajor_nt"])
+@pytest.mark.parametrize(("wg_tile", "m", "n", "k"), WG_CASES)
+def test_wgmma_emulated_kernel_computes_a_matmul(wg_tile, m, n, k, kmajor):
+    rng = np.random.default_rng(1)
+    a = rng.integers(-4, 5, size=(m, k)).astype(np.float64)
+    b = rng.integers(-4, 5, size=(k, n)).astype(np.float64)
+    t = WgTile(wg_tile, kmajor, stages=3, group_m=2)
+    out = wg_emulate(t, a, np.ascontiguousarray(b.T) if kmajor else b, m, n, k)
+    assert not np.isnan(out).any(), "some output element was never written"
+    np.testing.assert_array_equal(out, a @ b)
+
+
+def test_wgmma_descriptors_follow_the_canonical_layouts_element_by_element():
+    """One TMA tile per operand kind, filled with distinct values; every (mn, k) element the descriptor of each
+    K step addresses must be the intended matrix element (catches a wrong LBO, SBO, K step or swizzle mode)."""
+    smem = np.full(4 * 65536, np.nan)
+    vals = np.arange(256 * 64, dtype=np.float64).reshape(256, 64)  # [rows][k] (K-major) tile of 128-byte rows
+    tma_load(smem, 8192, vals, 0, 0, 64, 256)
+    for ks in range(4):
+        got = wgmma_operand(smem, wg_desc(8192 + 32 * ks, 16, 1024), 256, mn_major=False)
+        np.testing.assert_array_equal(got, vals[:, 16 * ks:16 * ks + 16])
+    kn = np.arange(64 * 256, dtype=np.float64).reshape(64, 256)  # b [k][n]: 4 boxes of 64 n x 64 k
+    for j in range(4):
+        tma_load(smem, 65536 + 8192 * j, kn, 64 * j, 0, 64, 64)
+    for ks in range(4):
+        got = wgmma_operand(smem, wg_desc(65536 + 2048 * ks, 8192, 1024), 256, mn_major=True)
+        np.testing.assert_array_equal(got, kn[16 * ks:16 * ks + 16].T)
+    # The bit packing: fields land where the PTX ISA puts them.
+    d = wg_desc(0x3FFF0, 8192, 1024)
+    assert d & 0x3FFF == 0x3FFF and (d >> 16) & 0x3FFF == 512 and (d >> 32) & 0x3FFF == 64 and d >> 62 == 1
+    assert (d >> 46) & 0xFFFF == 0  # bits 46-61 clear: base offset 0, nothing between SBO and the swizzle mode
+
+
+@pytest.mark.parametrize("stages", [2, 3, 4])
+@pytest.mark.parametrize("ktiles", [1, 2, 5, 9])
+@pytest.mark.parametrize("seed", range(4))
+def test_wgmma_mbarrier_ring_under_random_interleavings(stages, ktiles, seed):
+    """Producer and 8 consumer warps step in random order with the kernel's parities: full[s] (count 1 + tx), empty[s]
+    (count 8); a consumer must read slice kt from stage kt % S, the producer must never overwrite a stage still read,
+    and nothing deadlocks. A phase completes when its arrivals reach the count (TMA bytes land at once here)."""
+    rng = np.random.default_rng(seed)
+    phase = {("full", s): 0 for s in range(stages)} | {("empty", s): 0 for s in range(stages)}
+    pending = dict.fromkeys(phase, 0)
+    count = {("full", s): 1 for s in range(stages)} | {("empty", s): 8 for s in range(stages)}
+    holds = {}  # stage -> slice in it
+    reading = {s: set() for s in range(stages)}  # stage -> consumer warps whose wgmma may still read it
+
+    def arrive(bar):
+        pending[bar] += 1
+        if pending[bar] == count[bar]:
+            pending[bar], phase[bar] = 0, phase[bar] + 1
+
+    def done(bar, parity):  # try_wait.parity P succeeds while the current (incomplete) phase's parity is not P
+        return phase[bar] % 2 != parity
+
+    prod = 0
+    cons = [0] * 8  # next slice each consumer warp waits for
+    released = [0] * 8  # slices each warp has released
+    steps = 0
+    while prod < ktiles or min(cons) < ktiles:
+        steps += 1
+        assert steps < 10000, "deadlock"
+        actor = rng.integers(0, 9)
+        if actor == 8:
+            if prod < ktiles:
+                s = prod % stages
+                if prod < stages or done(("empty", s), ((prod // stages) - 1) & 1):
+                    assert not reading[s], "the producer overwrites a stage a wgmma may still read"
+                    assert prod < stages or phase[("empty", s)] == prod // stages, "parity wait is ambiguous"
+                    holds[s] = prod
+                    arrive(("full", s))
+                    prod += 1
+            continue
+        w = actor
+        kt = cons[w]
+        if kt >= ktiles:
+            continue
+        s = kt % stages
+        if not done(("full", s), (kt // stages) & 1):
+            continue
+        assert holds[s] == kt, "a consumer reads the wrong slice"
+        assert phase[("full", s)] == kt // stages + 1, "parity wait is ambiguous (barrier two phases ahead)"
+        reading[s].add(w)
+        # wgmma.wait_group 1: the previous slice's wgmma have completed; lane 0 releases its stage
+        if kt > 0:
+            reading[(kt - 1) % stages].discard(w)
+            arrive(("empty", (kt - 1) % stages))
+            released[w] += 1
+        cons[w] += 1
+    assert prod == ktiles and cons == [ktiles] * 8
+
+
+def test_every_wgmma_search_space_point_fits_shared_memory():
+    original = dict(MODULE.CONFIG)
+    try:
+        for wg_tile in MODULE.SEARCH_SPACE["WG_TILE"]:
+            for stages in MODULE.SEARCH_SPACE["WG_STAGES"]:
+                MODULE.CONFIG.update(WG_TILE=wg_tile, WG_STAGES=stages)
+                d = MODULE._defines()
+                assert 2 <= d["WG_STAGES"] <= stages and (d["WG_BM"], d["WG_BN"]) == MODULE._wg_tile()
+                assert MODULE._wg_shared() == d["WG_STAGES"] * MODULE._wg_stage_bytes() + 2048 <= 227 * 1024
+                # the barriers (16 bytes a stage) fit the slack left after the 1 KiB round-up
+                assert 1023 + d["WG_STAGES"] * (MODULE._wg_stage_bytes()) + 16 * d["WG_STAGES"] <= MODULE._wg_shared()
+    finally:
+        MODULE.CONFIG.clear()
+        MODULE.CONFIG.update(original)
+
+
+# ---- the wgmma launcher on CPU tensors: tensor maps recorded, the kernel replaced by the emulation above ----
+class _FakeMap:
+    def __init__(self, t, box, swizzle):
+        rows, cols = t.shape
+        assert t.data_ptr() % 16 == 0 and (cols == 1 or t.stride(1) == 1), "TMA needs 16-byte aligned unit-stride rows"
+        assert rows == 1 or (t.stride(0) * t.element_size()) % 16 == 0, "TMA needs 16-byte row strides"
+        assert swizzle == 128 and box[1] * t.element_size() == 128
+        self.rows = t.double().numpy()  # what the map reads: t's own rows, bounds = t's shape
+        self.box = tuple(box)
+
+
+def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
+    assert kernel.startswith("matmul_wgmma_"), kernel
+    kmajor = kernel.endswith("_nt")
+    out, map_a, map_b = args[:3]
+    m, n, k = (v.value for v in args[3:])
+    bm, bn = MODULE._wg_tile()
+    assert tuple(grid) == (-(-m // bm) * -(-n // bn),) and tuple(block) == (384,)
+    assert shared_mem == MODULE._wg_shared() <= 227 * 1024
+    assert map_a.box == (bm, 64) and map_a.rows.shape == (m, k)
+    assert map_b.box == ((bn, 64) if kmajor else (64, 64))
+    assert map_b.rows.shape == ((n, k) if kmajor else (k, n))
+    tile = WgTile(MODULE.CONFIG["WG_TILE"], kmajor, MODULE._wg_stages(), MODULE.CONFIG["GROUP_M"])
+    out.copy_(torch.from_numpy(wg_emulate(tile, map_a.rows, map_b.rows, m, n, k)))
+
+
+@pytest.mark.parametrize("wg_tile", ["128x256", "128x128"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(64, 96, 80), (33, 40, 17), (1, 17, 31), (7, 1, 13), (130, 72, 264)])
+def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_tile):
+    monkeypatch.setitem(MODULE.CONFIG, "VARIANT", "wgmma")
+    monkeypatch.setitem(MODULE.CONFIG, "WG_TILE", wg_tile)
+    monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: (arch == "sm_90a" or pytest.fail(arch))
+                        and name)
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
+    monkeypatch.setattr(MODULE.nvrtc, "launch", _fake_wgmma_launch)
+    m, k, n = shape
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-4, 5, (m, k), generator=gen).to(dtype)
+    b = torch.randint(-4, 5, (k, n), generator=gen).to(dtype)
+    expected = (a.double() @ b.double()).to(dtype)
+    for name, x, y in _layouts(a, b):
+        got = MODULE.kernel_fn(x, y)
+        assert torch.equal(got, expected), f"{name} {shape} {dtype}"
+
+
+def test_wgmma_falls_back_to_mma_off_sm90_and_without_tensor_maps(monkeypatch):
+    launched = []
+    monkeypatch.setitem(MODULE.CONFIG, "VARIANT", "wgmma")
+    monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: name)
+    monkeypatch.setattr(MODULE.nvrtc, "launch", lambda kernel, **kw: launched.append(kernel))
+    a = torch.ones(16, 16, dtype=torch.bfloat16)
+    MODULE.kernel_fn(a, a)  # a CPU tensor: _wgmma_arch is None
+    assert launched == ["matmul_mma_bf16_nn"]
+
+    def refuse(t, box, swizzle=128):
+        raise MODULE.nvrtc.TensorMapError("cuda.bindings is not installed")
+
+    monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_map", refuse)
+    with pytest.warns(RuntimeWarning, match="falls back"):
+        MODULE.kernel_fn(a, a)
+    assert launched[-1] == "matmul_mma_bf16_nn"
+
+
+# ---- what nvcc makes of Part 3 for sm_90a (the build kernel_fn launches on the H200) ----
+CUOBJDUMP = Path(cuobjdump() or "/nonexistent/cuobjdump")
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("wg_tile", ["128x256", "128x128"])
+def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_tile):
+    from autokernel_ci import nvrtc
+
+    source, defines, names, arch = hopper_build(MODULE, WG_TILE=wg_tile)
+    assert arch == "sm_90a"
+    cubin = tmp_path / "matmul.cubin"
+    result = nvrtc.compile_check(source, arch, defines=defines, source_name="matmul.cu", ptxas_verbose=True,
+                                 keep_cubin=cubin)
+    assert set(names) <= set(result.kernels)
+    log = result.log.splitlines()
+    for name in (n for n in names if n.startswith("matmul_wgmma_")):
+        at = next(i for i, line in enumerate(log) if f"Function properties for {name}" in line)
+        assert "0 bytes spill stores, 0 bytes spill loads" in log[at + 1], log[at + 1]
+    assert "wgmma" not in result.log.lower().replace("matmul_wgmma", ""), "ptxas warned about wgmma (serialised?)"
+    if not CUOBJDUMP.is_file():
+        pytest.skip("cuobjdump not found")
+    sass = subprocess.run([str(CUOBJDUMP), "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    for name in ("matmul_wgmma_bf16_nn", "matmul_wgmma_f16_nt"):
+        body = sass.split(f"Function : {name}")[1].split("Function :")[0]
+        hgmma = f"HGMMA.64x{wg_tile.split('x')[1]}x16.F32"  # fp16 inputs carry no suffix, bf16 ".BF16"
+        assert (hgmma + ".BF16" in body) if "bf16" in name else (hgmma + " " in body)
+        assert ("tnspB" in body) == name.endswith("_nn"), "N-major B is read through the transpose bit only"
+        assert "UTMALDG.2D" in body and "USETMAXREG" in body and "SYNCS.PHASECHK" in body

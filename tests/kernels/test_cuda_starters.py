@@ -88,25 +88,31 @@ def test_starter_uses_the_shared_prelude_instead_of_a_copy(kernel_type):
     text = starter_kernel(kernel_type, "cuda").read_text()
     assert 'CUDA_SOURCE = nvrtc.PRELUDE + r"""' in text
     module = _import(kernel_type)
-    for source, _, _ in module.cuda_builds():
+    for source, *_ in module.cuda_builds():
         assert source.startswith(nvrtc.PRELUDE)
         own = source[len(nvrtc.PRELUDE):]
         copied = [d for d in PRELUDE_DEFINITIONS if d in own]
         assert not copied, f"{kernel_type} repeats prelude definitions {copied}"
 
 
-def _builds(kernel_type: str, module: ModuleType) -> list[tuple[str, dict, list[str]]]:
+def _builds(kernel_type: str, module: ModuleType) -> list[tuple[str, dict, list[str], str]]:
+    """(source, defines, names, arch): a build without its own arch (an arch-specific one, e.g. matmul's sm_90a
+    wgmma build, names it as a fourth item) is compiled for ARCH."""
     builds = module.cuda_builds()
     assert builds, "cuda_builds() lists at least one build"
-    return builds
+    out = []
+    for build in builds:
+        assert len(build) in (3, 4), "cuda_builds() items are (source, defines, names[, arch])"
+        out.append((*build[:3], build[3] if len(build) == 4 else ARCH))
+    return out
 
 
 @needs_nvcc
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
 def test_every_build_compiles_for_sm90_with_every_kernel_name(kernel_type):
     module = _import(kernel_type)
-    for source, defines, names in _builds(kernel_type, module):
-        result = nvrtc.compile_check(source, ARCH, defines=defines, source_name=f"{kernel_type}.cu")
+    for source, defines, names, arch in _builds(kernel_type, module):
+        result = nvrtc.compile_check(source, arch, defines=defines, source_name=f"{kernel_type}.cu")
         missing = set(names) - set(result.kernels)
         assert not missing, f"{kernel_type} {defines}: kernels {sorted(missing)} not in the cubin {result.kernels}"
         for suffix in ("f32", "f16", "bf16"):  # one instantiation per dtype of the spec
@@ -118,8 +124,8 @@ def test_every_build_compiles_for_sm90_with_every_kernel_name(kernel_type):
 def test_every_build_compiles_through_nvrtc(kernel_type):
     """NVRTC is not nvcc (no <math.h>, so no INFINITY): the run-time compiler must accept the source too."""
     module = _import(kernel_type)
-    for source, defines, names in _builds(kernel_type, module):
-        cubin = nvrtc._nvrtc_compile(source, nvrtc.option_strings(defines), ARCH, f"{kernel_type}.cu")
+    for source, defines, names, arch in _builds(kernel_type, module):
+        cubin = nvrtc._nvrtc_compile(source, nvrtc.option_strings(defines), arch, f"{kernel_type}.cu")
         assert set(names) <= set(nvrtc.elf_function_symbols(cubin))
 
 
@@ -130,8 +136,8 @@ def test_largest_search_space_point_still_compiles(kernel_type):
     kf = kernelfile.load(starter_kernel(kernel_type, "cuda"))
     corner = {key: options[-1] for key, options in kf.search_space.items()}
     module = _import(kernel_type, kf.with_config(corner).source)
-    source, defines, names = _builds(kernel_type, module)[-1]  # flash_attention: the largest head dim
-    result = nvrtc.compile_check(source, ARCH, defines=defines, source_name=f"{kernel_type}.cu")
+    source, defines, names, arch = _builds(kernel_type, module)[-1]  # flash_attention: the largest head dim
+    result = nvrtc.compile_check(source, arch, defines=defines, source_name=f"{kernel_type}.cu")
     assert set(names) <= set(result.kernels)
 
 
