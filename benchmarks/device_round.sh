@@ -19,6 +19,13 @@
 #          CONFIG, the CUDA starters' GPU tests, then the Triton GEMM/attention starters on every set.
 #   table: the CUDA GEMM/attention re-checked at their new defaults, every starter (both backends) timed
 #          in bf16 at the LLaMA-7B shapes, end_to_end_gpu.py at the 7B size.
+#   flash2: every starter timed in bf16 at the LLaMA-7B shapes, the attention variants of
+#          benchmarks/variants/flash_attention.json checked on every set and timed, end_to_end_gpu.py.
+#   flash3: the attention variants of benchmarks/variants/flash_attention.json, then perf2.
+#   hopper: the CUDA wgmma + TMA matmul checked and timed; flash attention, reduce and softmax variants at
+#          the GPT-2 shapes in fp16 (also timed from a CUDA graph: host overhead vs kernel time).
+#   hopper2: the CUDA wgmma flash attention checked and timed; the wgmma matmul re-checked and timed.
+#   aftereffect: benchmarks/profiler_aftereffect.py (harness timings before / after a profiler session).
 #   descriptors: the tensor-descriptor (TMA) variants of matmul / fused_mlp / flash attention checked on
 #          every shape set and timed (bf16; matmul also fp16 on the GPT-2 shape), the reduce CONFIG
 #          grid, NVRTC's >48 KiB shared-memory launch.
@@ -34,10 +41,16 @@ step() {  # step LIMIT NAME CMD... : run with a time limit, log to $out/NAME.log
   timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
   echo "$name exit $? in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
 }
+second_dtypes() {  # the Triton starters at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes
+  step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
+    --dtype fp16 --time-set gpt2 --out "$out/fp16_gpt2"
+  step 120 starters_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
+    --dtype fp32 --out "$out/fp32"
+}
 case "${1:-check}" in
   check)
     step 200 pytest_gpu python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_nvrtc.py tests/hardware \
-      tests/kernels/test_cuda_starters.py &
+      tests/kernels/test_cuda_starters.py tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_matmul_layout.py &
     step 200 pytest_triton_cuda env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 6 \
       tests/kernels/test_triton_starters.py &
     step 200 check_cuda_gpu python3 benchmarks/check_cuda_gpu.py --jobs 3 --out "$out" &
@@ -111,11 +124,44 @@ case "${1:-check}" in
     step 150 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --out "$out/bf16"
     step 150 end_to_end python3 benchmarks/end_to_end_gpu.py --out "$out/e2e"
     ;;
+  flash2)  # the starter table again (CUDA memory-bound timings after the NVRTC build memo), then attention
+    # with the scale folded into exp2's FMA and half the exponentials on the FMA pipe (EXP2_FMA)
+    step 150 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --out "$out/bf16"
+    step 150 variants_flash python3 benchmarks/variants_gpu.py flash_attention --sets llama7b,gpt2,odd,edge,cpu \
+      --out "$out/variants"
+    step 150 end_to_end python3 benchmarks/end_to_end_gpu.py --out "$out/e2e"
+    ;;
+  flash3)  # attention with two blocks an SM (register cap, smaller key blocks), then the perf2 tables
+    step 150 variants_flash python3 benchmarks/variants_gpu.py flash_attention --sets llama7b,gpt2,odd,edge,cpu \
+      --out "$out/variants"
+    second_dtypes
+    ;;
+  hopper)  # the CUDA wgmma + TMA matmul (GPU tests, then checked on every set and timed), then the GPT-2
+    # shape (fp16) variants of the types that lose to eager there, each also timed from a CUDA graph
+    step 120 pytest_wgmma env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py -k "matmul or nvrtc"
+    step 200 variants_cuda_wgmma python3 benchmarks/variants_gpu.py matmul --backend cuda \
+      --variants benchmarks/variants/cuda_matmul_wgmma.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/wgmma"
+    for kind in flash_attention reduce softmax; do
+      step 90 "gpt2_$kind" python3 benchmarks/variants_gpu.py "$kind" --variants "benchmarks/variants/${kind}_gpt2.json" \
+        --dtype fp16 --sets gpt2,odd,edge --time-set gpt2 --graph --out "$out/gpt2"
+    done
+    ;;
+  hopper2)  # the CUDA wgmma flash attention (GPU tests, checked on every set, timed), the wgmma matmul
+    # re-checked after its Hopper helpers moved into nvrtc.PRELUDE
+    step 150 pytest_cuda env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_matmul_layout.py \
+      tests/kernels/test_cuda_starters.py
+    step 200 variants_cuda_flash_wgmma python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_attention_wgmma.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/wgmma"
+    step 100 variants_cuda_matmul_wgmma python3 benchmarks/variants_gpu.py matmul --backend cuda \
+      --variants benchmarks/variants/cuda_matmul_wgmma.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/wgmma"
+    ;;
+  aftereffect)  # does verification's profiler session slow the timings after it? (see the script's docstring)
+    step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"
+    ;;
   perf2)
-    step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
-      --dtype fp16 --time-set gpt2 --out "$out/fp16_gpt2"
-    step 120 starters_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
-      --dtype fp32 --out "$out/fp32"
+    second_dtypes
     ;;
 esac
 for f in "$out"/*.log; do echo "--- $(basename "$f"): last lines"; tail -n 8 "$f"; done

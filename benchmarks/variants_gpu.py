@@ -62,10 +62,12 @@ def run_point(kf: kernelfile.KernelFile, overrides: dict, args, baselines: Basel
             gen = torch.Generator(device=args.device).manual_seed(args.seed)
             inputs = spec.make_inputs(dict(shape), DTYPES[args.dtype], args.device, gen)
             ours = _bench(lambda: module.kernel_fn(*inputs), args.warmup, args.rep)  # noqa: B023
+            graph = _bench_graph(lambda: module.kernel_fn(*inputs), args.rep) if args.graph else None  # noqa: B023
             eager, _ = baselines.times(kf.kernel_type, label, DTYPES[args.dtype], inputs, args.warmup, args.rep)
             flops = spec.flops(shape)
             row["times"][label] = {"us": round(ours, 2), "eager_us": round(eager, 2),
                                    "x_eager": round(eager / ours, 3),
+                                   "graph_us": None if graph is None else round(graph, 2),
                                    "tflops": round(flops / ours / 1e6, 1) if spec.primary_metric == "TFLOP/s" else None,
                                    "gbps": round(spec.bytes_moved(shape, DTYPES[args.dtype]) / ours / 1e3, 1)}
     except Exception as exc:  # a point that does not compile or launch: record, go on
@@ -74,6 +76,17 @@ def run_point(kf: kernelfile.KernelFile, overrides: dict, args, baselines: Basel
         row["seconds"] = round(time.perf_counter() - t0, 1)
         torch.cuda.empty_cache()
     return row
+
+
+def _bench_graph(fn, rep_ms: int) -> float | None:
+    """Microseconds per call replayed from a CUDA graph: the GPU time without the Python launch path.
+    Far below the do_bench figure means the call is bound by host overhead, not by the kernel."""
+    from triton.testing import do_bench_cudagraph
+
+    try:
+        return float(do_bench_cudagraph(fn, rep=rep_ms, return_mode="median")) * 1e3
+    except Exception:  # noqa: BLE001 - a launch path that cannot be captured just has no graph figure
+        return None
 
 
 def render(kernel_type: str, rows: list[dict]) -> str:
@@ -85,7 +98,9 @@ def render(kernel_type: str, rows: list[dict]) -> str:
         for r in timed:
             t = r["times"][label]
             rate = f"{t['tflops']} TFLOP/s" if t["tflops"] is not None else f"{t['gbps']} GB/s"
-            lines.append(f"  {t['us']:10.2f} us  x{t['x_eager']:.3f} eager  {rate:>14s}  {json.dumps(r['config'])}")
+            graph = f"graph {t['graph_us']:8.2f} us" if t.get("graph_us") is not None else ""
+            lines.append(f"  {t['us']:10.2f} us  x{t['x_eager']:.3f} eager  {rate:>14s}  {graph}  "
+                         f"{json.dumps(r['config'])}")
     failed = [r for r in rows if r.get("error")]
     if failed:
         lines.append(f"\n{kernel_type}: {len(failed)} point(s) failed")
@@ -104,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--warmup", type=int, default=25)
     ap.add_argument("--rep", type=int, default=100)
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--graph", action="store_true", help="also time each point replayed from a CUDA graph")
     ap.add_argument("--out", type=Path, required=True)
     args = ap.parse_args(argv)
     args.sets = [s for s in args.sets.split(",") if s]

@@ -12,9 +12,10 @@ VARIANT "tma" reads q/k/v and writes o through tensor descriptors (Hopper's bulk
 instruction per tile, rows past S or D zero-filled by the copy engine): over [B*H*S, D] rows when
 the tensors are contiguous and S is a multiple of both blocks, else over the 4-d [B, H, S, D] view.
 It needs 16-bit inputs, a contiguous last dimension and 16-byte aligned rows; otherwise the pointer
-variant runs. Default "tma", 128x128 blocks, heavy causal blocks first, on the H200 at
-2x32x4096x128 bf16 (benchmarks/variants_gpu.py): 583 us causal (472 TFLOP/s), 1,054 us not causal,
-608 us GQA 32/8, against 681 / 1,232 / 698 us for "pointer" 128x64: 0.85-0.90x SDPA, up from 0.72-0.77x.
+variant runs. Default "tma", 128-row query blocks, 128 key rows at D = 128 (64 below), heavy causal blocks
+first, the softmax scale folded into exp2's FMA; on the H200 at 2x32x4096x128 bf16 (benchmarks/variants_gpu.py,
+round `flash3`): 566 us causal (486 TFLOP/s), 984 us not causal, 583 us GQA 32/8, against 681 / 1,232 / 698 us
+for "pointer" 128x64: 0.89-0.93x SDPA, up from 0.72-0.77x.
 """
 
 import math
@@ -26,18 +27,22 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "flash_attention"
 BACKEND = "triton"
-CONFIG = {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 128, "num_stages": 3, "num_warps": 8,
-          "FP32_DOT": "tf32x3", "REVERSE": True}
+CONFIG = {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 0, "num_stages": 3, "num_warps": 8,
+          "FP32_DOT": "tf32x3", "REVERSE": True, "MAXNREG": 0}
 SEARCH_SPACE = {
     "VARIANT": ["pointer", "tma"],
     "REVERSE": [False, True],
     "BLOCK_M": [32, 64, 128],
-    "BLOCK_N": [16, 32, 64, 128],
+    "BLOCK_N": [0, 16, 32, 64, 128],
     "num_stages": [1, 2, 3, 4],
     "num_warps": [4, 8],
     "FP32_DOT": ["tf32x3", "ieee"],
+    "MAXNREG": [0, 128],
 }
 
+# MAXNREG caps registers a thread (0: the compiler's choice). 128x64 blocks at 2 stages use 96 KB of shared
+# memory but 146 registers, so one 8-warp block an SM; capped at 128 (sm_90 compile: no spill) two blocks
+# fit, and one block's softmax can run while the other's MMAs do, as Hopper's warp-specialised kernels arrange.
 # REVERSE launches the last query blocks first: under a causal mask they visit the most key blocks
 # (block i visits i + 1), so starting with them leaves the short ones to fill the final wave.
 # FP32_DOT is the tl.dot precision for fp32 inputs only. Plain tf32 is not offered: on the spec's
@@ -50,18 +55,24 @@ _DEFAULT_SMEM_BYTES = 232448
 
 @triton.jit
 def _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASKED: tl.constexpr,
-                         CAUSAL: tl.constexpr, PRECISION: tl.constexpr):
+                         CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NEG_SCALE: tl.constexpr):
     """Fold one key block (k, v: [BLOCK_N, BLOCK_D]) into the running max m_i, sum l_i and output acc."""
-    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION) * qk_scale
+    qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if MASKED:
         keep = cols[None, :] < S
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
-        qk = tl.where(keep, qk, float("-inf"))
+        qk = tl.where(keep, qk, float("-inf") if not NEG_SCALE else float("inf"))
+    # The scale is applied inside exp2's argument as one FMA (qk * scale - m) instead of a multiply
+    # and a subtract per score: sm_90 SASS of the 128x128 loop, 4,471 -> 4,231 instructions.
+    # The row max of qk * scale is max(qk) * scale for a positive scale, min(qk) * scale otherwise.
+    if NEG_SCALE:
+        m_new = tl.maximum(m_i, tl.min(qk, axis=1) * qk_scale)
+    else:
+        m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
+    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
     # Every row has a finite max here: key 0 is visible to every query row and is always in the
     # first block visited, so m_i - m_new never forms -inf - -inf.
-    m_new = tl.maximum(m_i, tl.max(qk, axis=1))
-    p = tl.math.exp2(qk - m_new[:, None])
     alpha = tl.math.exp2(m_i - m_new)
     l_i = l_i * alpha + tl.sum(p, axis=1)
     acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
@@ -70,7 +81,8 @@ def _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASK
 
 @triton.jit
 def _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, S, s_ks, s_vs, qk_scale,
-                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr):
+                  MASKED: tl.constexpr, CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr,
+                  NEG_SCALE: tl.constexpr):
     cols = start_n + offs_n
     if MASKED:
         k = tl.load(k_ptrs + cols[:, None].to(tl.int64) * s_ks, mask=(cols[:, None] < S) & d_mask[None, :], other=0.0)
@@ -81,7 +93,8 @@ def _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_m
     if UPCAST:  # Triton 3.6's CPU interpreter multiplies bf16 tiles as raw integers
         k = k.to(tl.float32)
         v = v.to(tl.float32)
-    return _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASKED, CAUSAL, PRECISION)
+    return _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASKED, CAUSAL, PRECISION,
+                                NEG_SCALE)
 
 
 @triton.jit
@@ -102,7 +115,8 @@ def _key_range(start_m, S, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL:
 def _attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, S, H, GROUP,
               s_qb, s_qh, s_qs, s_qd, s_kb, s_kh, s_ks, s_kd, s_vb, s_vh, s_vs, s_vd, s_ob, s_oh, s_os, s_od,
               HEAD_DIM: tl.constexpr, BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr,
-              CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, REVERSE: tl.constexpr):
+              CAUSAL: tl.constexpr, UPCAST: tl.constexpr, PRECISION: tl.constexpr, REVERSE: tl.constexpr,
+              NEG_SCALE: tl.constexpr):
     start_m = tl.program_id(0)
     if REVERSE:
         start_m = tl.num_programs(0) - 1 - start_m
@@ -129,10 +143,10 @@ def _attn_fwd(q_ptr, k_ptr, v_ptr, o_ptr, qk_scale, S, H, GROUP,
     lo_masked, hi = _key_range(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
     for start_n in range(0, lo_masked, BLOCK_N):
         acc, m_i, l_i = _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, S,
-                                      s_ks, s_vs, qk_scale, False, CAUSAL, UPCAST, PRECISION)
+                                      s_ks, s_vs, qk_scale, False, CAUSAL, UPCAST, PRECISION, NEG_SCALE)
     for start_n in range(lo_masked, hi, BLOCK_N):
         acc, m_i, l_i = _attend_block(acc, m_i, l_i, q, k_ptrs, v_ptrs, start_n, offs_m, offs_n, d_mask, S,
-                                      s_ks, s_vs, qk_scale, True, CAUSAL, UPCAST, PRECISION)
+                                      s_ks, s_vs, qk_scale, True, CAUSAL, UPCAST, PRECISION, NEG_SCALE)
     out = acc / l_i[:, None]
     o_ptrs = o_ptr + b * s_ob + h * s_oh + offs_m[:, None].to(tl.int64) * s_os + offs_d[None, :] * s_od
     tl.store(o_ptrs, out.to(o_ptr.dtype.element_ty), mask=row_mask[:, None] & d_mask[None, :])
@@ -153,20 +167,20 @@ def _tma_tile(desc, b, h, row, flat_row0, ROWS: tl.constexpr, BLOCK_D: tl.conste
 @triton.jit
 def _tma_step(acc, m_i, l_i, q, k_desc, v_desc, b, hk, start_n, kv_row0, offs_n, offs_m, S, qk_scale,
               BLOCK_N: tl.constexpr, BLOCK_D: tl.constexpr, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
-              UPCAST: tl.constexpr, FLAT: tl.constexpr):
+              UPCAST: tl.constexpr, FLAT: tl.constexpr, NEG_SCALE: tl.constexpr):
     k = _tma_tile(k_desc, b, hk, start_n, kv_row0, BLOCK_N, BLOCK_D, FLAT)
     v = _tma_tile(v_desc, b, hk, start_n, kv_row0, BLOCK_N, BLOCK_D, FLAT)
     if UPCAST:
         k = k.to(tl.float32)
         v = v.to(tl.float32)
     return _online_softmax_step(acc, m_i, l_i, q, k, v, start_n + offs_n, offs_m, S, qk_scale, MASKED, CAUSAL,
-                                "tf32")
+                                "tf32", NEG_SCALE)
 
 
 @triton.jit
 def _attn_fwd_tma(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP,
                   BLOCK_D: tl.constexpr, BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, CAUSAL: tl.constexpr,
-                  UPCAST: tl.constexpr, REVERSE: tl.constexpr, FLAT: tl.constexpr):
+                  UPCAST: tl.constexpr, REVERSE: tl.constexpr, FLAT: tl.constexpr, NEG_SCALE: tl.constexpr):
     start_m = tl.program_id(0)
     if REVERSE:
         start_m = tl.num_programs(0) - 1 - start_m
@@ -188,15 +202,22 @@ def _attn_fwd_tma(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP,
     lo_masked, hi = _key_range(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
     for start_n in range(0, lo_masked, BLOCK_N):
         acc, m_i, l_i = _tma_step(acc, m_i, l_i, q, k_desc, v_desc, b, hk, start_n, kv_row0, offs_n, offs_m, S,
-                                  qk_scale, BLOCK_N, BLOCK_D, False, CAUSAL, UPCAST, FLAT)
+                                  qk_scale, BLOCK_N, BLOCK_D, False, CAUSAL, UPCAST, FLAT, NEG_SCALE)
     for start_n in range(lo_masked, hi, BLOCK_N):
         acc, m_i, l_i = _tma_step(acc, m_i, l_i, q, k_desc, v_desc, b, hk, start_n, kv_row0, offs_n, offs_m, S,
-                                  qk_scale, BLOCK_N, BLOCK_D, True, CAUSAL, UPCAST, FLAT)
+                                  qk_scale, BLOCK_N, BLOCK_D, True, CAUSAL, UPCAST, FLAT, NEG_SCALE)
     out = (acc / l_i[:, None]).to(o_desc.dtype)
     if FLAT:
         o_desc.store([q_row0 + start_m * BLOCK_M, 0], out)
     else:
         o_desc.store([b, h, start_m * BLOCK_M, 0], out.reshape(1, 1, BLOCK_M, BLOCK_D))
+
+
+def _auto_block_n(block_d):
+    """BLOCK_N 0 ("auto"): 128 key rows for D = 128, 64 below. H200, tma, 128-row query blocks: 2x32x4096x128
+    bf16 566 / 984 / 583 us (causal / not / GQA) at 128 against 609 / 1,061 / 593 us at 64 (round `flash3`);
+    8x12x1024x64 fp16 64.6 / 71.5 us at 64 against 99.3 / 112.1 us at 128 (round `hopper`)."""
+    return 128 if block_d >= 128 else 64
 
 
 def _smem_bytes(device):
@@ -220,7 +241,7 @@ def _descriptor(t, rows, block_d, flat):
 def _launch(q, k, v, o, causal, sm_scale, cfg):
     B, H, S, D = q.shape
     block_d = max(16, triton.next_power_of_2(D))  # tl.dot needs >= 16 per dimension
-    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"] or _auto_block_n(block_d)
     # A pipeline stage holds one K and one V block next to the resident q tile (fp32/tf32x3 keeps
     # q twice: sm_90 compiles measured 128x64, D=128: bf16 32 KB + 3 x 32 KB, fp32 2 x 64 KB + 64 KB
     # per stage). Never ask for more stages than fit; BLOCK_N is halved if even one does not.
@@ -235,6 +256,9 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
     # Only bf16 is upcast (the interpreter's bf16 dot is wrong); fp16 stays fp16 as on the GPU, so
     # P is rounded to the input dtype before P @ V on the CPU too.
     upcast = q.device.type == "cpu" and q.dtype == torch.bfloat16
+    flags = {"NEG_SCALE": float(sm_scale) < 0}
+    if cfg["MAXNREG"]:
+        flags["maxnreg"] = cfg["MAXNREG"]
     if cfg["VARIANT"] == "tma" and elem == 2 and all(_tma_ok(t) for t in (q, k, v, o)):
         # Flat 2-d rows need every tile inside one head: S a multiple of both blocks, heads packed.
         flat = S % bm == 0 and S % bn == 0 and all(t.is_contiguous() for t in (q, k, v, o))
@@ -242,7 +266,7 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
         _attn_fwd_tma[grid](
             *descs, float(sm_scale) * math.log2(math.e), S, H, k.shape[1], H // k.shape[1],
             BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
-            UPCAST=upcast, FLAT=flat, num_stages=stages, num_warps=cfg["num_warps"],
+            UPCAST=upcast, FLAT=flat, num_stages=stages, num_warps=cfg["num_warps"], **flags,
         )
         return
     _attn_fwd[grid](
@@ -251,7 +275,7 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
         HEAD_DIM=D, BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
         UPCAST=upcast,
         PRECISION=cfg["FP32_DOT"] if q.dtype == torch.float32 else "tf32",  # tf32: the default
-        num_stages=stages, num_warps=cfg["num_warps"],
+        num_stages=stages, num_warps=cfg["num_warps"], **flags,
     )
 
 

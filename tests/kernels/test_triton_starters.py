@@ -349,18 +349,21 @@ SM90_KERNELS = [
                                                      "u_desc": [128, 64], "h_desc": [128, 128]}}),
     ("flash_attention", "_attn_fwd_tma", "bf16", {"BLOCK_D": 128, "BLOCK_M": 128, "BLOCK_N": 64, "CAUSAL": True,
                                                   "UPCAST": False, "REVERSE": True, "FLAT": True, "_ID": "flat",
+                                                  "NEG_SCALE": False,
                                                   "_DESC": {"q_desc": [128, 128], "k_desc": [64, 128],
                                                             "v_desc": [64, 128], "o_desc": [128, 128]}}),
     ("flash_attention", "_attn_fwd_tma", "fp16", {"BLOCK_D": 64, "BLOCK_M": 128, "BLOCK_N": 128, "CAUSAL": False,
                                                   "UPCAST": False, "REVERSE": False, "FLAT": False, "_ID": "4d",
+                                                  "NEG_SCALE": True,
                                                   "_DESC": {"q_desc": [1, 1, 128, 64], "k_desc": [1, 1, 128, 64],
                                                             "v_desc": [1, 1, 128, 64], "o_desc": [1, 1, 128, 64]}}),
     ("flash_attention", "_attn_fwd", "bf16", {"HEAD_DIM": 128, "BLOCK_D": 128, "BLOCK_M": 128, "BLOCK_N": 64,
-                                              "CAUSAL": True, "UPCAST": False, "PRECISION": "tf32"}),
+                                              "CAUSAL": True, "UPCAST": False, "PRECISION": "tf32",
+                                              "NEG_SCALE": False}),
     # num_stages 2: what the launcher picks for an fp32 64x64 tile at D=128 (3 would need 256 KB).
     ("flash_attention", "_attn_fwd", "fp32", {"HEAD_DIM": 96, "BLOCK_D": 128, "BLOCK_M": 64, "BLOCK_N": 64,
                                               "CAUSAL": False, "UPCAST": False, "PRECISION": "tf32x3",
-                                              "num_stages": 2}),
+                                              "NEG_SCALE": False, "num_stages": 2}),
 ]
 H100_SMEM_BYTES = 232448
 

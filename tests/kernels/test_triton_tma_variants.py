@@ -96,3 +96,21 @@ def test_attention_descriptor_variant_flat_and_4d(dtype) -> None:
     expected = [c[0].shape[2] % 32 == 0 and c[0].is_contiguous() for c in cases]
     assert [launch["FLAT"] for launch in launches] == expected
     assert True in expected and False in expected
+
+
+
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+@pytest.mark.parametrize("variant", ["pointer", "tma"])
+def test_attention_negative_scale_and_register_cap(variant: str, dtype) -> None:
+    """The scale is folded into exp2's FMA, so the row max is max(qk) * scale only for a positive scale;
+    a negative one must take min(qk). MAXNREG reaches the launch as Triton's maxnreg option."""
+    cases = _spec_cases("flash_attention", dtype, "cpu", "odd")
+    q, k, v, causal, scale = cases[0]
+    # Scores spread over ~200 (scaled, base 2): a max taken on the wrong side overflows exp2 to inf.
+    q = q * 16
+    cases += [(q, k, v, causal, -scale), (q, k, v, not causal, -2 * scale)]
+    name = "_attn_fwd_tma" if variant == "tma" else "_attn_fwd"
+    launches = _run_with_spy("flash_attention", {"VARIANT": variant, "BLOCK_M": 32, "BLOCK_N": 16, "MAXNREG": 128},
+                             (name,), cases, dtype)
+    assert len(launches) == len(cases) and all(launch["maxnreg"] == 128 for launch in launches)
+    assert [launch["NEG_SCALE"] for launch in launches] == [False] * (len(cases) - 2) + [True, True]
