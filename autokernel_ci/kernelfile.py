@@ -10,6 +10,7 @@ import ast
 import hashlib
 import itertools
 import pprint
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -48,6 +49,18 @@ class KernelFile:
         keys = list(self.search_space)
         for values in itertools.product(*(self.search_space[k] for k in keys)):
             yield {**self.config, **dict(zip(keys, values, strict=True))}
+
+
+# A CUDA kernel's name in a kernel file's source: `__global__ [__launch_bounds__(..)] void [__launch_bounds__(..)]
+# NAME(` (nvcc accepts the bounds on either side of `void`; every CUDA starter writes them after it), where NAME
+# may be pasted by a macro (`matmul_wgmma_##NAME(`): then its literal part, which every launched symbol contains.
+_CUDA_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?void\s+"
+                          r"(?:__launch_bounds__\s*\([^)]*\)\s*)?(\w+?)\s*(?:##\s*\w+\s*)?\(")
+
+
+def cuda_kernel_names(source: str) -> list[str]:
+    """Names (or, for macro-pasted names, the literal prefix) of the __global__ kernels in `source`."""
+    return list(dict.fromkeys(_CUDA_KERNEL.findall(source)))
 
 
 def source_hash(source: str) -> str:

@@ -769,7 +769,16 @@ def warn_once(message: str) -> None:
 
 
 TENSOR_MAP_CACHE_SIZE = 256  # encoded maps kept (LRU); one GEMM call needs two
-_TENSOR_MAPS: dict[tuple, torch.Tensor] = {}
+
+
+@dataclass
+class _TensorMap:
+    device_bytes: torch.Tensor  # the 128-byte CUtensorMap in device memory (64-byte aligned)
+    stream: Any  # the stream its copy was queued on
+    ready: Any  # torch.cuda.Event recorded after that copy
+
+
+_TENSOR_MAPS: dict[tuple, _TensorMap] = {}
 _TMA_DTYPES = {torch.float16: "FLOAT16", torch.bfloat16: "BFLOAT16", torch.float32: "FLOAT32", torch.uint8: "UINT8"}
 
 
@@ -784,11 +793,12 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
 
     Cached by everything the map encodes (device, address, shape, row stride, dtype, box, swizzle), so a repeated
     call costs a dict lookup: no encode, no copy. A new map goes to the device by a 128-byte copy on torch's
-    current stream (ordered before the kernel that reads it; no device-wide sync). 64-byte aligned, as the driver
-    requires.
+    current stream (ordered before the kernel that reads it; no device-wide sync); a later caller on another
+    stream waits for that copy and marks the bytes used by its stream, so eviction cannot recycle them under its
+    kernels. 64-byte aligned, as the driver requires. Refused during CUDA graph capture (the caller falls back).
     """
-    if t.dim() != 2 or t.device.type != "cuda":
-        raise TensorMapError(f"tensor maps are built here for 2-D CUDA tensors, got {tuple(t.shape)} on {t.device}")
+    if t.dim() != 2:
+        raise TensorMapError(f"tensor maps are built here for 2-D tensors, got shape {tuple(t.shape)}: view it as rows")
     if t.dtype not in _TMA_DTYPES:
         raise TensorMapError(f"no TMA element type for {t.dtype}")
     rows, cols = t.shape
@@ -805,20 +815,31 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
         raise TensorMapError(f"box row of {box_cols * es} bytes does not suit swizzle {swizzle}")
     if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
         raise TensorMapError(f"box {box_rows} x {box_cols}: each side 1..256")
+    if t.device.type != "cuda":
+        raise TensorMapError(f"tensor maps describe CUDA memory, got a tensor on {t.device}")
+    if torch.cuda.is_current_stream_capturing():
+        # A captured kernel would keep the map's address after the cache evicts and reuses it.
+        raise TensorMapError("no tensor maps during CUDA graph capture: the kernel's non-TMA path serves graphs")
     key = (t.device.index, t.data_ptr(), rows, cols, stride, t.dtype, box_rows, box_cols, swizzle)
-    found = _TENSOR_MAPS.pop(key, None)
-    if found is None:
-        blob = _encode_tiled(t, rows, cols, stride, box_rows, box_cols, swizzle)
-        room = torch.empty(128 + 64, dtype=torch.uint8, device=t.device)
-        start = (-room.data_ptr()) % 64
-        found = room[start:start + 128]
-        found.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=True)
-        while len(_TENSOR_MAPS) >= TENSOR_MAP_CACHE_SIZE:
-            # Freed memory goes back to torch's caching allocator, reused in stream order: safe for kernels
-            # already queued on this stream that still read the old map.
-            _TENSOR_MAPS.pop(next(iter(_TENSOR_MAPS)))
-    _TENSOR_MAPS[key] = found  # most recently used last
-    return found
+    stream = torch.cuda.current_stream(t.device)
+    with _LOCK:
+        entry = _TENSOR_MAPS.pop(key, None)
+        if entry is None:
+            blob = _encode_tiled(t, rows, cols, stride, box_rows, box_cols, swizzle)
+            room = torch.empty(128 + 64, dtype=torch.uint8, device=t.device)
+            start = (-room.data_ptr()) % 64
+            entry = _TensorMap(room[start:start + 128], stream, torch.cuda.Event())
+            entry.device_bytes.copy_(torch.frombuffer(bytearray(blob), dtype=torch.uint8), non_blocking=True)
+            entry.ready.record(stream)
+            while len(_TENSOR_MAPS) >= TENSOR_MAP_CACHE_SIZE:
+                # The freed bytes go back to torch's caching allocator, which reuses them only after the work
+                # queued so far on every stream that used them (record_stream below) has run.
+                _TENSOR_MAPS.pop(next(iter(_TENSOR_MAPS)))
+        elif entry.stream != stream:
+            stream.wait_event(entry.ready)  # the copy that filled the map runs before this stream reads it
+            entry.device_bytes.record_stream(stream)  # not reused while this stream's kernels may read it
+        _TENSOR_MAPS[key] = entry  # most recently used last
+    return entry.device_bytes
 
 
 def _encode_tiled(t: torch.Tensor, rows: int, cols: int, stride: int, box_rows: int, box_cols: int,

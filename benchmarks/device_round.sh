@@ -25,6 +25,7 @@
 #   hopper: the CUDA wgmma + TMA matmul checked and timed; flash attention, reduce and softmax variants at
 #          the GPT-2 shapes in fp16 (also timed from a CUDA graph: host overhead vs kernel time).
 #   hopper2: the CUDA wgmma flash attention checked and timed; the wgmma matmul re-checked and timed.
+#   verify_cuda: GPU pytest of the CUDA / NVRTC files, `autokernel-ci verify` of four CUDA starters, aftereffect.
 #   aftereffect: benchmarks/profiler_aftereffect.py (harness timings before / after a profiler session).
 #   descriptors: the tensor-descriptor (TMA) variants of matmul / fused_mlp / flash attention checked on
 #          every shape set and timed (bf16; matmul also fp16 on the GPT-2 shape), the reduce CONFIG
@@ -156,6 +157,16 @@ case "${1:-check}" in
       --variants benchmarks/variants/cuda_flash_attention_wgmma.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/wgmma"
     step 100 variants_cuda_matmul_wgmma python3 benchmarks/variants_gpu.py matmul --backend cuda \
       --variants benchmarks/variants/cuda_matmul_wgmma.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/wgmma"
+    ;;
+  verify_cuda)  # the harness's five-stage verification of every CUDA starter on the GPU (kernel_ran must see
+    # the CUDA kernels: fixed name detection), the GPU tests of this session's wgmma / tensor-map code, aftereffect
+    step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_nvrtc.py \
+      tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+    for kind in matmul flash_attention rmsnorm softmax; do
+      step 150 "verify_cuda_$kind" python3 -m autokernel_ci verify "kernels/cuda/$kind.py" --device cuda \
+        --json "$out/verify_cuda_$kind.json"
+    done
+    step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"
     ;;
   aftereffect)  # does verification's profiler session slow the timings after it? (see the script's docstring)
     step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"

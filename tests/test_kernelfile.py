@@ -6,6 +6,8 @@ import pytest
 
 from autokernel_ci import kernelfile
 from autokernel_ci.kernelfile import KernelFileError
+from autokernel_ci.paths import starter_kernel
+from autokernel_ci.specs import KERNEL_TYPES
 
 GOOD = textwrap.dedent('''\
     """RMSNorm, test file."""
@@ -68,3 +70,31 @@ def test_contract_violations_are_named(edit, message):
 def test_load_missing_file(tmp_path):
     with pytest.raises(KernelFileError, match="does not exist"):
         kernelfile.load(tmp_path / "nope.py")
+
+
+@pytest.mark.parametrize(("source", "names"), [
+    ('extern "C" __global__ void rms(float* y) {}', ["rms"]),
+    ("__global__ __launch_bounds__(256) void before (float* y) {}", ["before"]),
+    ('extern "C" __global__ void __launch_bounds__(fa::THREADS, 1) after_##SUFFIX(T* y) {}', ["after_"]),
+    ("__global__ void __launch_bounds__(128)\n    pasted_ ## NAME (T* y) {}", ["pasted_"]),
+    ("__device__ void helper(float x) {}", []),
+])
+def test_cuda_kernel_names_sees_bounds_on_either_side_of_void_and_pasted_names(source: str, names: list[str]) -> None:
+    assert kernelfile.cuda_kernel_names(source) == names
+
+
+@pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
+def test_every_cuda_starter_kernel_is_named_where_the_harness_looks_for_it(kernel_type: str) -> None:
+    """The smoke stage's kernel_ran check looks for these names in the profiler's kernel events (substring):
+    every kernel a CUDA starter can launch must contain one of them, and `__launch_bounds__` is not a name."""
+    import importlib.util
+
+    path = starter_kernel(kernel_type, "cuda")
+    spec = importlib.util.spec_from_file_location(f"_names_{kernel_type}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    found = kernelfile.cuda_kernel_names(path.read_text())
+    assert found and "__launch_bounds__" not in found
+    for build in module.cuda_builds():
+        for name in build[2]:
+            assert any(own in name for own in found), f"{kernel_type}: launched kernel {name} not matched by {found}"

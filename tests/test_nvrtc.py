@@ -340,9 +340,19 @@ def test_nvrtc_builds_sm90a_with_the_arch_specific_features(monkeypatch):
 
 
 # -- TMA tensor maps (checks before the driver is reached) -----------------------------------------
-def test_tensor_map_refuses_cpu_tensors_and_wrong_boxes():
-    with pytest.raises(nvrtc.TensorMapError, match="CUDA"):
-        nvrtc.tensor_map(torch.zeros(8, 8, dtype=torch.bfloat16), (8, 8))
+@pytest.mark.parametrize(("make", "box", "swizzle", "match"), [
+    (lambda: torch.zeros(4, 8, 8, dtype=torch.bfloat16), (8, 8), 128, "2-D"),
+    (lambda: torch.zeros(8, 8, dtype=torch.float64), (8, 8), 128, "element type"),
+    (lambda: torch.zeros(8, 16, dtype=torch.bfloat16).t(), (8, 8), 128, "unit-stride"),
+    (lambda: torch.zeros(10, 9, dtype=torch.bfloat16), (8, 8), 128, "16-byte aligned"),  # 18-byte rows
+    (lambda: torch.zeros(64, 128, dtype=torch.bfloat16), (64, 72), 128, "swizzle"),  # 144-byte box row
+    (lambda: torch.zeros(64, 128, dtype=torch.bfloat16), (64, 64), 48, "swizzle"),
+    (lambda: torch.zeros(512, 64, dtype=torch.bfloat16), (512, 64), 128, "1..256"),
+    (lambda: torch.zeros(64, 64, dtype=torch.bfloat16), (64, 64), 128, "CUDA memory"),  # legal map, CPU tensor
+])
+def test_tensor_map_rules_are_checked_before_the_driver(make, box, swizzle, match):
+    with pytest.raises(nvrtc.TensorMapError, match=match):
+        nvrtc.tensor_map(make(), box, swizzle=swizzle)
 
 
 @needs_gpu
@@ -356,3 +366,26 @@ def test_tensor_map_rules_and_cache_on_gpu():
         nvrtc.tensor_map(torch.zeros(10, 9, dtype=torch.bfloat16, device="cuda"), (8, 8))  # 18-byte rows
     with pytest.raises(nvrtc.TensorMapError, match="swizzle"):
         nvrtc.tensor_map(x, (64, 72))  # a 144-byte box row does not fit the 128-byte swizzle
+
+
+@needs_gpu
+def test_tensor_map_on_another_stream_waits_for_its_copy_and_eviction_keeps_the_cache_bounded(monkeypatch):
+    monkeypatch.setattr(nvrtc, "TENSOR_MAP_CACHE_SIZE", 2)
+    monkeypatch.setattr(nvrtc, "_TENSOR_MAPS", {})
+    xs = [torch.zeros(64, 64, dtype=torch.bfloat16, device="cuda") for _ in range(3)]
+    first = nvrtc.tensor_map(xs[0], (64, 64))
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        assert nvrtc.tensor_map(xs[0], (64, 64)) is first  # a hit from another stream: same bytes
+    for x in xs[1:]:
+        nvrtc.tensor_map(x, (64, 64))
+    assert len(nvrtc._TENSOR_MAPS) == 2 and nvrtc.tensor_map(xs[0], (64, 64)) is not first  # evicted, re-encoded
+    torch.cuda.synchronize()
+
+
+@needs_gpu
+def test_tensor_map_is_refused_during_graph_capture():
+    x = torch.zeros(64, 64, dtype=torch.bfloat16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with pytest.raises(nvrtc.TensorMapError, match="graph capture"), torch.cuda.graph(graph):
+        nvrtc.tensor_map(x, (64, 64))

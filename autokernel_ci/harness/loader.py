@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import gc
 import importlib.util
-import re
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,6 @@ from autokernel_ci import kernelfile
 from autokernel_ci.harness import faults, guard
 from autokernel_ci.harness.results import Status
 
-_CUDA_KERNEL_NAME = re.compile(r"__global__\s+(?:__launch_bounds__\([^)]*\)\s+)?void\s+(\w+)")
 _loaded = 0
 
 
@@ -52,7 +50,7 @@ def own_kernel_names(module: ModuleType, source: str) -> tuple[str, ...]:
         cls = type(value)
         if cls.__module__.startswith("triton.runtime") and cls.__name__ in ("JITFunction", "InterpretedFunction"):
             names.append(getattr(value, "__name__", name))
-    names.extend(_CUDA_KERNEL_NAME.findall(source))
+    names.extend(kernelfile.cuda_kernel_names(source))
     return tuple(dict.fromkeys(names))
 
 

@@ -50,6 +50,7 @@ CONFIG = {"VARIANT": "mma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOC
 SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],
                 "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4]}
 
+MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128
 # The WMMA kernel keeps its own tiles: its 48 KiB static shared memory holds 4 warps x 32 keys at D=128
 # fp32 (46,080 B), so it does not follow WARPS / BLOCK_N.
@@ -806,6 +807,9 @@ def kernel_fn(q, k, v, causal, sm_scale):
         raise ValueError(f"head dim D={d} is not supported by this kernel: use one of {HEAD_DIMS}")
     if h % hkv:
         raise ValueError(f"H={h} is not a multiple of Hkv={hkv}")
+    if b * h > MAX_GRID_Y:  # every kernel here puts batch x head on the grid's y axis
+        raise ValueError(f"B*H={b * h} exceeds the CUDA grid's y limit {MAX_GRID_Y}: split the batch into calls "
+                         f"of at most {MAX_GRID_Y // h} sequences")
     k, v = k.to(q.dtype), v.to(q.dtype)
     out = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)  # contiguous: the kernels write [B, H, S, D]
     if b * h * s == 0:

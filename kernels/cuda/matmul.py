@@ -46,8 +46,9 @@ BACKEND = "cuda"
 # WG_TILE / WG_STAGES: VARIANT "wgmma" only. 128x256 (two 64 x 256 consumer warpgroups, the cuBLAS-class tile):
 # 48 KiB a stage; 128x128: 32 KiB a stage, up to 6. ptxas (nvcc 13, sm_90a): 168 registers at launch, 0 spills,
 # for both tiles. Default "wgmma" 128x256, 3 stages (144 KiB): on the H200 553 / 572 us at the LLaMA-7B GEMMs
-# (0.96 / 0.89x cuBLAS; 4 stages 599 / 559 us, 128x128 595-638 us; "mma" 1,105-1,125 us), correct on every
-# shape set (benchmarks/variants/cuda_matmul_wgmma.json, docs/benchmarks/h200.md). Other GPUs run "mma".
+# (0.96 / 0.89x cuBLAS), 588 / 567 us (0.86 / 0.89x) in a second round; 4 stages 546-599 us, 128x128 595-638 us,
+# "mma" 1,061-1,128 us; correct on every shape set (benchmarks/variants/cuda_matmul_wgmma.json,
+# docs/benchmarks/h200.md). Other GPUs run "mma".
 CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8, "WG_TILE": "128x256",
           "WG_STAGES": 3}
 SEARCH_SPACE = {

@@ -12,7 +12,7 @@ VARIANT "tma" reads q/k/v and writes o through tensor descriptors (Hopper's bulk
 instruction per tile, rows past S or D zero-filled by the copy engine): over [B*H*S, D] rows when
 the tensors are contiguous and S is a multiple of both blocks, else over the 4-d [B, H, S, D] view.
 It needs 16-bit inputs, a contiguous last dimension and 16-byte aligned rows; otherwise the pointer
-variant runs. Default "tma", 128-row query blocks, 128 key rows at D = 128 (64 below), heavy causal blocks
+variant runs. Default "tma", 128-row query blocks, 128 key rows when D pads to 128 (64 below), heavy causal blocks
 first, the softmax scale folded into exp2's FMA; on the H200 at 2x32x4096x128 bf16 (benchmarks/variants_gpu.py,
 round `flash3`): 566 us causal (486 TFLOP/s), 984 us not causal, 583 us GQA 32/8, against 681 / 1,232 / 698 us
 for "pointer" 128x64: 0.89-0.93x SDPA, up from 0.72-0.77x.
@@ -42,7 +42,8 @@ SEARCH_SPACE = {
 
 # MAXNREG caps registers a thread (0: the compiler's choice). 128x64 blocks at 2 stages use 96 KB of shared
 # memory but 146 registers, so one 8-warp block an SM; capped at 128 (sm_90 compile: no spill) two blocks
-# fit, and one block's softmax can run while the other's MMAs do, as Hopper's warp-specialised kernels arrange.
+# fit, so that one block's softmax could overlap the other's MMAs. Measured on the H200 it is 5-8% slower
+# than the default at 2x32x4096x128 (609 / 1,061 / 593 us): a knob for other shapes and GPUs, off by default.
 # REVERSE launches the last query blocks first: under a causal mask they visit the most key blocks
 # (block i visits i + 1), so starting with them leaves the short ones to fill the final wave.
 # FP32_DOT is the tl.dot precision for fp32 inputs only. Plain tf32 is not offered: on the spec's
@@ -59,18 +60,24 @@ def _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASK
     """Fold one key block (k, v: [BLOCK_N, BLOCK_D]) into the running max m_i, sum l_i and output acc."""
     qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
     if MASKED:
+        # Diagonal and ragged blocks (a few per row): scale first, then mask, so a zero scale cannot form
+        # -inf * 0 = NaN.
         keep = cols[None, :] < S
         if CAUSAL:
             keep = keep & (cols[None, :] <= offs_m[:, None])
-        qk = tl.where(keep, qk, float("-inf") if not NEG_SCALE else float("inf"))
-    # The scale is applied inside exp2's argument as one FMA (qk * scale - m) instead of a multiply
-    # and a subtract per score: sm_90 SASS of the 128x128 loop, 4,471 -> 4,231 instructions.
-    # The row max of qk * scale is max(qk) * scale for a positive scale, min(qk) * scale otherwise.
-    if NEG_SCALE:
-        m_new = tl.maximum(m_i, tl.min(qk, axis=1) * qk_scale)
+        s = tl.where(keep, qk * qk_scale, float("-inf"))
+        m_new = tl.maximum(m_i, tl.max(s, axis=1))
+        p = tl.math.exp2(s - m_new[:, None])
     else:
-        m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
-    p = tl.math.exp2(qk * qk_scale - m_new[:, None])
+        # Unmasked blocks (the bulk): the scale goes inside exp2's argument as one FMA (qk * scale - m)
+        # instead of a multiply and a subtract per score (sm_90 SASS of the 128x128 causal kernel: 4,471
+        # lines unfolded, 4,359 with this loop folded). The row max of qk * scale is max(qk) * scale for a
+        # positive scale, min(qk) * scale for a negative one.
+        if NEG_SCALE:
+            m_new = tl.maximum(m_i, tl.min(qk, axis=1) * qk_scale)
+        else:
+            m_new = tl.maximum(m_i, tl.max(qk, axis=1) * qk_scale)
+        p = tl.math.exp2(qk * qk_scale - m_new[:, None])
     # Every row has a finite max here: key 0 is visible to every query row and is always in the
     # first block visited, so m_i - m_new never forms -inf - -inf.
     alpha = tl.math.exp2(m_i - m_new)
@@ -214,8 +221,9 @@ def _attn_fwd_tma(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP,
 
 
 def _auto_block_n(block_d):
-    """BLOCK_N 0 ("auto"): 128 key rows for D = 128, 64 below. H200, tma, 128-row query blocks: 2x32x4096x128
-    bf16 566 / 984 / 583 us (causal / not / GQA) at 128 against 609 / 1,061 / 593 us at 64 (round `flash3`);
+    """BLOCK_N 0 ("auto"): 128 key rows when the head dim pads to 128 (D 65..128), 64 below. H200, tma, 128-row
+    query blocks: 2x32x4096x128 bf16 566 / 984 / 583 us (causal / not / GQA) at 128 against 587 / 1,083 / 625 us
+    at 64 with 4 stages (rounds `flash3`, `flash2`);
     8x12x1024x64 fp16 64.6 / 71.5 us at 64 against 99.3 / 112.1 us at 128 (round `hopper`)."""
     return 128 if block_d >= 128 else 64
 

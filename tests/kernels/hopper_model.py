@@ -6,6 +6,7 @@ copy into shared memory and the [rows x 16] operand one wgmma k16 step reads thr
 from __future__ import annotations
 
 import importlib.util
+import re
 import shutil
 import sys
 from pathlib import Path
@@ -71,3 +72,17 @@ def load_starter(kernel_type: str, backend: str, module_name: str):
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     return module
+
+
+# The warp-specialised kernels hand registers between warpgroups: the producer drops to 40 (setmaxnreg.dec),
+# the two consumers rise to 232 (setmaxnreg.inc), which only succeeds if the block was launched with at least
+# 128 * 40 + 256 * 232 = 64,512 registers, i.e. 168 a thread at 384 threads. With fewer, .inc waits forever.
+SETMAXNREG_POOL = 128 * 40 + 256 * 232
+
+
+def assert_registers_cover_setmaxnreg(ptxas_log: str, kernel: str, threads: int = 384) -> None:
+    lines = ptxas_log.splitlines()
+    at = next(i for i, line in enumerate(lines) if f"Function properties for {kernel}" in line)
+    used = next(int(m.group(1)) for line in lines[at:] if (m := re.search(r"Used (\d+) registers", line)))
+    assert used * threads >= SETMAXNREG_POOL, (f"{kernel}: {used} registers x {threads} threads < {SETMAXNREG_POOL}: "
+                                               "setmaxnreg.inc 232 would never be granted")

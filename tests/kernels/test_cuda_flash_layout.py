@@ -16,7 +16,15 @@ import math
 import numpy as np
 import pytest
 import torch
-from hopper_model import cuobjdump, hopper_build, load_starter, tma_load, wg_desc, wgmma_operand
+from hopper_model import (
+    assert_registers_cover_setmaxnreg,
+    cuobjdump,
+    hopper_build,
+    load_starter,
+    tma_load,
+    wg_desc,
+    wgmma_operand,
+)
 
 INF = math.inf
 
@@ -532,6 +540,7 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
     for name in ("flash_attention_wgmma_f16", "flash_attention_wgmma_bf16"):
         at = next(i for i, line in enumerate(log) if f"Function properties for {name}" in line)
         assert "0 bytes spill stores, 0 bytes spill loads" in log[at + 1], log[at + 1]
+        assert_registers_cover_setmaxnreg(result.log, name)
     cuobjdump_bin = cuobjdump()
     if cuobjdump_bin is None:
         pytest.skip("cuobjdump not found")
@@ -542,3 +551,9 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
     # O += P V: A = P from registers, B = V through the transpose bit, N = D
     assert len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", body)) == bn // 16
     assert body.count("UTMALDG.2D") == 6 and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
+
+
+def test_batch_times_heads_past_the_grid_limit_is_refused_with_the_fix():
+    q = torch.zeros(FA.MAX_GRID_Y // 4 + 1, 4, 1, 16)
+    with pytest.raises(ValueError, match=r"B\*H=65536 exceeds .* at most 16383 sequences"):
+        FA.kernel_fn(q, q, q, False, 0.25)

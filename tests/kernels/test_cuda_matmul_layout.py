@@ -20,7 +20,15 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-from hopper_model import cuobjdump, hopper_build, load_starter, tma_load, wg_desc, wgmma_operand
+from hopper_model import (
+    assert_registers_cover_setmaxnreg,
+    cuobjdump,
+    hopper_build,
+    load_starter,
+    tma_load,
+    wg_desc,
+    wgmma_operand,
+)
 
 MODULE = load_starter("matmul", "cuda", "_cuda_matmul_layout")
 LANES = np.arange(32)
@@ -604,6 +612,7 @@ def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_ti
     for name in (n for n in names if n.startswith("matmul_wgmma_")):
         at = next(i for i, line in enumerate(log) if f"Function properties for {name}" in line)
         assert "0 bytes spill stores, 0 bytes spill loads" in log[at + 1], log[at + 1]
+        assert_registers_cover_setmaxnreg(result.log, name)
     assert "wgmma" not in result.log.lower().replace("matmul_wgmma", ""), "ptxas warned about wgmma (serialised?)"
     if not CUOBJDUMP.is_file():
         pytest.skip("cuobjdump not found")

@@ -103,14 +103,16 @@ def test_attention_descriptor_variant_flat_and_4d(dtype) -> None:
 @pytest.mark.parametrize("variant", ["pointer", "tma"])
 def test_attention_negative_scale_and_register_cap(variant: str, dtype) -> None:
     """The scale is folded into exp2's FMA, so the row max is max(qk) * scale only for a positive scale;
-    a negative one must take min(qk). MAXNREG reaches the launch as Triton's maxnreg option."""
+    a negative one must take min(qk), and a zero scale (uniform attention) must not mask -inf * 0 into NaN.
+    MAXNREG reaches the launch as Triton's maxnreg option."""
     cases = _spec_cases("flash_attention", dtype, "cpu", "odd")
     q, k, v, causal, scale = cases[0]
     # Scores spread over ~200 (scaled, base 2): a max taken on the wrong side overflows exp2 to inf.
     q = q * 16
-    cases += [(q, k, v, causal, -scale), (q, k, v, not causal, -2 * scale)]
+    cases += [(q, k, v, causal, -scale), (q, k, v, not causal, -2 * scale), (q, k, v, causal, 0.0),
+              (q, k, v, not causal, 0.0)]
     name = "_attn_fwd_tma" if variant == "tma" else "_attn_fwd"
     launches = _run_with_spy("flash_attention", {"VARIANT": variant, "BLOCK_M": 32, "BLOCK_N": 16, "MAXNREG": 128},
                              (name,), cases, dtype)
     assert len(launches) == len(cases) and all(launch["maxnreg"] == 128 for launch in launches)
-    assert [launch["NEG_SCALE"] for launch in launches] == [False] * (len(cases) - 2) + [True, True]
+    assert [launch["NEG_SCALE"] for launch in launches] == [False] * (len(cases) - 4) + [True, True, False, False]
