@@ -266,6 +266,16 @@ WGMMA_RS_SPECIALISE(__nv_bfloat16, "bf16", 128, WG_REGS64, WG_D64, "{%64, %65, %
 WGMMA_RS_SPECIALISE(__half, "f16", 128, WG_REGS64, WG_D64, "{%64, %65, %66, %67}", "%68", "%69", "%70")
 WGMMA_RS_SPECIALISE(__nv_bfloat16, "bf16", 64, WG_REGS32, WG_D32(0), "{%32, %33, %34, %35}", "%36", "%37", "%38")
 WGMMA_RS_SPECIALISE(__half, "f16", 64, WG_REGS32, WG_D32(0), "{%32, %33, %34, %35}", "%36", "%37", "%38")
+// The operand-list macros served only the specialisations above: a kernel may use these names itself.
+#undef WG_REGS32
+#undef WG_REGS64
+#undef WG_REGS128
+#undef WG_D8
+#undef WG_D32
+#undef WG_D64
+#undef WG_D128
+#undef WGMMA_SPECIALISE
+#undef WGMMA_RS_SPECIALISE
 #endif  // __CUDA_ARCH_FEAT_SM90_ALL
 // ---- end of PRELUDE: line numbers restart at 1, so compiler errors count from the kernel's own text ----
 #line 1
@@ -782,6 +792,24 @@ _TENSOR_MAPS: dict[tuple, _TensorMap] = {}
 _TMA_DTYPES = {torch.float16: "FLOAT16", torch.bfloat16: "BFLOAT16", torch.float32: "FLOAT32", torch.uint8: "UINT8"}
 
 
+@functools.cache
+def _driver_bindings_missing() -> str | None:
+    try:
+        from cuda.bindings import driver  # noqa: F401
+    except ImportError:
+        return "cuda.bindings is not installed (pip install cuda-bindings): no TMA tensor maps"
+    return None
+
+
+def tensor_maps_unusable() -> str | None:
+    """Why tensor_map cannot serve a call now (None when it can): checked before a kernel pads or prepares
+    anything for its TMA path, so a fallback costs nothing."""
+    if torch.cuda.is_available() and torch.cuda.is_current_stream_capturing():
+        # A captured kernel would keep the map's address after the cache evicts and reuses it.
+        return "no tensor maps during CUDA graph capture: the kernel's non-TMA path serves graphs"
+    return _driver_bindings_missing()
+
+
 def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> torch.Tensor:
     """A TMA descriptor (the driver's 128-byte CUtensorMap, cuTensorMapEncodeTiled) for the 2-D CUDA tensor t, in
     device memory: pass the returned uint8 tensor as a kernel argument (a pointer; in the kernel it is the global
@@ -817,9 +845,9 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
         raise TensorMapError(f"box {box_rows} x {box_cols}: each side 1..256")
     if t.device.type != "cuda":
         raise TensorMapError(f"tensor maps describe CUDA memory, got a tensor on {t.device}")
-    if torch.cuda.is_current_stream_capturing():
-        # A captured kernel would keep the map's address after the cache evicts and reuses it.
-        raise TensorMapError("no tensor maps during CUDA graph capture: the kernel's non-TMA path serves graphs")
+    why = tensor_maps_unusable()
+    if why:
+        raise TensorMapError(why)
     key = (t.device.index, t.data_ptr(), rows, cols, stride, t.dtype, box_rows, box_cols, swizzle)
     stream = torch.cuda.current_stream(t.device)
     with _LOCK:
@@ -844,10 +872,8 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
 
 def _encode_tiled(t: torch.Tensor, rows: int, cols: int, stride: int, box_rows: int, box_cols: int,
                   swizzle: int) -> bytes:
-    try:
-        from cuda.bindings import driver
-    except ImportError as exc:
-        raise TensorMapError("cuda.bindings is not installed (pip install cuda-bindings): no TMA tensor maps") from exc
+    from cuda.bindings import driver  # present: tensor_maps_unusable() said so
+
     kinds = driver.CUtensorMapSwizzle
     mode = {0: kinds.CU_TENSOR_MAP_SWIZZLE_NONE, 32: kinds.CU_TENSOR_MAP_SWIZZLE_32B,
             64: kinds.CU_TENSOR_MAP_SWIZZLE_64B, 128: kinds.CU_TENSOR_MAP_SWIZZLE_128B}[swizzle]

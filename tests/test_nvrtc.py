@@ -389,3 +389,10 @@ def test_tensor_map_is_refused_during_graph_capture():
     graph = torch.cuda.CUDAGraph()
     with pytest.raises(nvrtc.TensorMapError, match="graph capture"), torch.cuda.graph(graph):
         nvrtc.tensor_map(x, (64, 64))
+
+
+def test_tensor_maps_unusable_names_missing_bindings(monkeypatch):
+    monkeypatch.setattr(nvrtc, "_driver_bindings_missing", lambda: "cuda.bindings is not installed")
+    assert nvrtc.tensor_maps_unusable() == "cuda.bindings is not installed"
+    monkeypatch.setattr(nvrtc, "_driver_bindings_missing", lambda: None)
+    assert nvrtc.tensor_maps_unusable() is None  # no GPU here: nothing can be capturing

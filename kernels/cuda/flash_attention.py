@@ -784,6 +784,10 @@ def _launch_wgmma(out, q, k, v, causal, sm_scale):
             or not sm_scale > 0 or not all(t.is_contiguous() for t in (q, k, v))
             or b * h * s >= 2**31 or _wgmma_arch(q.device) is None):
         return False
+    why = nvrtc.tensor_maps_unusable()
+    if why:
+        nvrtc.warn_once(f"flash_attention VARIANT 'wgmma' falls back to 'mma': {why}")
+        return False
     bn = CONFIG["WG_BLOCK_N"]
     try:  # boxes of (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts the kernel's descriptors expect
         map_q = nvrtc.tensor_map(q.view(b * h * s, d), (WG_BLOCK_M, 64), swizzle=128)

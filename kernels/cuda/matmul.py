@@ -65,6 +65,18 @@ SEARCH_SPACE = {
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
+// Grouped block order (Parts 1 and 3): GROUP_M row panels of TM x TN tiles run column by column, so consecutive
+// blocks share the same B panel and a few A panels while they are in L2. Returns this block's first (row, column).
+template <int TM, int TN>
+__device__ __forceinline__ int2 grouped_tile(int m, int n) {
+    const int tiles_m = (m + TM - 1) / TM, tiles_n = (n + TN - 1) / TN;
+    const int per_group = GROUP_M * tiles_n;
+    const int first_m = (blockIdx.x / per_group) * GROUP_M;
+    const int group_rows = min(tiles_m - first_m, GROUP_M);
+    const int in_group = blockIdx.x % per_group;
+    return make_int2((first_m + in_group % group_rows) * TM, (in_group / group_rows) * TN);
+}
+
 // ================= Part 1: fp16 / bf16 -- cp.async pipeline + ldmatrix + mma.sync.m16n8k16 ==================
 // Defines: BM, BN (block tile), BK (K slice a stage), WARPS_M x WARPS_N warps, STAGES (shared-memory ring), GROUP_M.
 constexpr int MMA_THREADS = WARPS_M * WARPS_N * 32;
@@ -116,15 +128,8 @@ __device__ __forceinline__ void mma_gemm(T* __restrict__ out, const T* __restric
     const unsigned sbase = smem_addr(dsmem);  // 32-bit shared-space addresses: cheaper than generic pointers
     constexpr int E = sizeof(T);               // bytes an element: swz() offsets are in elements
 
-    // Grouped block order: GROUP_M row panels of tiles run column by column, so consecutive blocks share
-    // the same B panel and a few A panels while they are in L2 (block id -> (tile_m, tile_n)).
-    const int tiles_m = (m + BM - 1) / BM, tiles_n = (n + BN - 1) / BN;
-    const int per_group = GROUP_M * tiles_n;
-    const int first_m = (blockIdx.x / per_group) * GROUP_M;
-    const int group_rows = min(tiles_m - first_m, GROUP_M);
-    const int in_group = blockIdx.x % per_group;
-    const int bm = (first_m + in_group % group_rows) * BM;
-    const int bn = (in_group / group_rows) * BN;
+    const int2 origin = grouped_tile<BM, BN>(m, n);
+    const int bm = origin.x, bn = origin.y;
 
     auto load_stage = [&](int stage, int k0) {
         const unsigned As = sbase + stage * (STAGE_ELEMS * E);
@@ -463,14 +468,8 @@ __device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_
     const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
     const int wg = threadIdx.x / 128;
 
-    // Grouped block order, as in Part 1: GROUP_M row panels of tiles column by column (B panels shared in L2).
-    const int tiles_m = (m + WG_BM - 1) / WG_BM, tiles_n = (n + WG_BN - 1) / WG_BN;
-    const int per_group = GROUP_M * tiles_n;
-    const int first_m = (blockIdx.x / per_group) * GROUP_M;
-    const int group_rows = min(tiles_m - first_m, GROUP_M);
-    const int in_group = blockIdx.x % per_group;
-    const int bm = (first_m + in_group % group_rows) * WG_BM;
-    const int bn = (in_group / group_rows) * WG_BN;
+    const int2 origin = grouped_tile<WG_BM, WG_BN>(m, n);
+    const int bm = origin.x, bn = origin.y;
     const int ktiles = (k + WG_BK - 1) / WG_BK;
 
     if (threadIdx.x == 0) {
@@ -710,6 +709,10 @@ def _launch_wgmma(out, a, b):
     """
     arch = _wgmma_arch(a.device)
     if arch is None:
+        return False
+    why = nvrtc.tensor_maps_unusable()
+    if why:  # before any padding copy: the mma path pads for itself
+        nvrtc.warn_once(f"matmul VARIANT 'wgmma' falls back to 'mma': {why}")
         return False
     m, k = a.shape
     n = b.shape[1]

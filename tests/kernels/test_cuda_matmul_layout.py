@@ -563,6 +563,7 @@ def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_
     monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: (arch == "sm_90a" or pytest.fail(arch))
                         and name)
     monkeypatch.setattr(MODULE.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: None)  # no bindings needed
     monkeypatch.setattr(MODULE.nvrtc, "launch", _fake_wgmma_launch)
     m, k, n = shape
     gen = torch.Generator().manual_seed(0)
@@ -588,7 +589,14 @@ def test_wgmma_falls_back_to_mma_off_sm90_and_without_tensor_maps(monkeypatch):
 
     monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
     monkeypatch.setattr(MODULE.nvrtc, "tensor_map", refuse)
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: None)  # no bindings needed
     with pytest.warns(RuntimeWarning, match="falls back"):
+        MODULE.kernel_fn(a, a)
+    assert launched[-1] == "matmul_mma_bf16_nn"
+    # Known unusable up front (no bindings, graph capture): not even a map is asked for.
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: "no tensor maps during CUDA graph capture")
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_map", lambda *a, **k: pytest.fail("tensor_map called"))
+    with pytest.warns(RuntimeWarning, match="graph capture"):
         MODULE.kernel_fn(a, a)
     assert launched[-1] == "matmul_mma_bf16_nn"
 
