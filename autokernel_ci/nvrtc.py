@@ -448,6 +448,18 @@ def runs_on(module_arch: str, device: str) -> bool:
     return module_arch in (device, device + "a")
 
 
+WGMMA_ARCH = "sm_90a"  # wgmma / setmaxnreg / tensor-map fences: arch-specific to sm_90 (H100, H200)
+
+
+def wgmma_arch(device: torch.device) -> str | None:
+    """The arch the Hopper wgmma kernels are built for on `device`: sm_90a on an sm_90 GPU, None anywhere else
+    (CPU, sm_80 / sm_89 without wgmma, sm_100+ whose tensor cores take tcgen05): the caller then runs its
+    mma.sync path."""
+    if device.type != "cuda" or device_arch(device.index) != "sm_90":
+        return None
+    return WGMMA_ARCH
+
+
 # -- options and cache key -------------------------------------------------------------------------
 def _define_list(defines: Defines) -> list[tuple[str, str]]:
     out = []

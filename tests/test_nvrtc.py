@@ -396,3 +396,10 @@ def test_tensor_maps_unusable_names_missing_bindings(monkeypatch):
     assert nvrtc.tensor_maps_unusable() == "cuda.bindings is not installed"
     monkeypatch.setattr(nvrtc, "_driver_bindings_missing", lambda: None)
     assert nvrtc.tensor_maps_unusable() is None  # no GPU here: nothing can be capturing
+
+
+def test_wgmma_arch_only_on_sm90(monkeypatch):
+    assert nvrtc.wgmma_arch(torch.device("cpu")) is None
+    for arch, expected in (("sm_90", "sm_90a"), ("sm_89", None), ("sm_80", None), ("sm_100", None)):
+        monkeypatch.setattr(nvrtc, "device_arch", lambda index=None, a=arch: a)
+        assert nvrtc.wgmma_arch(torch.device("cuda", 0)) == expected

@@ -716,7 +716,6 @@ _KERNELS = ["flash_attention_mma_f16", "flash_attention_mma_bf16",
             *(f"flash_attention_wmma_{s}" for s in _SUFFIX.values())]
 _WG_KERNELS = ["flash_attention_wgmma_f16", "flash_attention_wgmma_bf16"]
 WG_HEAD_DIMS = (64, 128)
-WGMMA_ARCH = "sm_90a"  # wgmma / setmaxnreg are arch-specific: built for sm_90a, launched on sm_90 devices only
 WG_BLOCK_M = 128  # query rows a block: two consumer warpgroups x 64
 _SHARED_LIMIT = 227 * 1024  # opt-in dynamic shared memory a block on sm_90 (nvrtc.launch opts in)
 _WG_SLACK = 2048  # up to 1 KiB to round the start up to 1024 bytes (128B swizzle), then (1 + 2 STAGES) mbarriers
@@ -747,7 +746,7 @@ def cuda_builds():
     """(source, defines, kernel names[, arch]) of every build kernel_fn may request (the tests compile each; no arch:
     the device's own, sm_90 in the tests). The sm_90 builds hold the wgmma kernels as traps (never launched)."""
     return ([(CUDA_SOURCE, _defines(d), list(_KERNELS)) for d in HEAD_DIMS]
-            + [(CUDA_SOURCE, _defines(d), _KERNELS + _WG_KERNELS, WGMMA_ARCH) for d in WG_HEAD_DIMS])
+            + [(CUDA_SOURCE, _defines(d), _KERNELS + _WG_KERNELS, nvrtc.WGMMA_ARCH) for d in WG_HEAD_DIMS])
 
 
 def _shared_bytes(head_dim):
@@ -769,11 +768,7 @@ def _rows_aligned(t):
     return t if ok else _aligned(t)
 
 
-def _wgmma_arch(device):
-    """sm_90a on an sm_90 device (H100 / H200), else None (wgmma does not exist there: "mma" runs)."""
-    if device.type != "cuda" or nvrtc.device_arch(device.index) != "sm_90":
-        return None
-    return WGMMA_ARCH
+_wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs)
 
 
 def _launch_wgmma(out, q, k, v, causal, sm_scale):
@@ -797,7 +792,7 @@ def _launch_wgmma(out, q, k, v, causal, sm_scale):
         nvrtc.warn_once(f"flash_attention VARIANT 'wgmma' falls back to 'mma': {exc}")
         return False
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wgmma_{_SUFFIX[q.dtype]}", defines=_defines(d),
-                                  arch=WGMMA_ARCH, source_name="flash_attention.cu")
+                                  arch=nvrtc.WGMMA_ARCH, source_name="flash_attention.cu")
     nvrtc.launch(kernel, grid=(s // WG_BLOCK_M, b * h), block=(384,), shared_mem=_wg_shared(d),
                  args=(out, map_q, map_k, map_v, nvrtc.i32(h), nvrtc.i32(hkv), nvrtc.i32(s),
                        nvrtc.i32(int(bool(causal))), nvrtc.f32(float(sm_scale) * math.log2(math.e))))

@@ -635,14 +635,13 @@ def _defines(limit=_SHARED_LIMIT):
 _WMMA_NAMES = [f"matmul_{s}_{v}" for s in _SUFFIX.values() for v in "sv"]
 _MMA_NAMES = [f"matmul_mma_{s}_{lay}" for s in ("f16", "bf16") for lay in ("nn", "nt")]
 _WGMMA_NAMES = [f"matmul_wgmma_{s}_{lay}" for s in ("f16", "bf16") for lay in ("nn", "nt")]
-WGMMA_ARCH = "sm_90a"  # wgmma / setmaxnreg are arch-specific: built for sm_90a, run on sm_90 devices only
 
 
 def cuda_builds():
     """(source, defines, kernel names[, arch]) of every build kernel_fn may request (the tests compile each; no arch:
     the device's own, sm_90 in the tests). The sm_90 build holds the wgmma kernels as traps (never launched)."""
     names = _WMMA_NAMES + _MMA_NAMES + _WGMMA_NAMES
-    return [(CUDA_SOURCE, _defines(), names), (CUDA_SOURCE, _defines(), names, WGMMA_ARCH)]
+    return [(CUDA_SOURCE, _defines(), names), (CUDA_SOURCE, _defines(), names, nvrtc.WGMMA_ARCH)]
 
 
 def _kernel(name, limit=_SHARED_LIMIT, arch=None):
@@ -692,12 +691,7 @@ def _launch_mma(out, a, b):
                  args=(out, a, b, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k), nvrtc.i64(lda), nvrtc.i64(ldb)))
 
 
-def _wgmma_arch(device):
-    """The arch the wgmma kernels are built for on `device` (sm_90a on sm_90: H100 / H200), None where wgmma does
-    not exist (sm_80, sm_89, and sm_100+, whose tensor cores take tcgen05 instead): then "mma" runs."""
-    if device.type != "cuda" or nvrtc.device_arch(device.index) != "sm_90":
-        return None
-    return WGMMA_ARCH
+_wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs)
 
 
 def _launch_wgmma(out, a, b):
