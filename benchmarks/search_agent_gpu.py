@@ -9,6 +9,7 @@ experiments per hour. Writes search_agent.json and search_agent.md (and one run 
     python benchmarks/search_agent_gpu.py --minutes 2 --out /tmp/search
     python benchmarks/search_agent_gpu.py --types rmsnorm,softmax --minutes 1 --out /tmp/search
     python benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 2 --out /tmp/search_gpt2
+    python benchmarks/search_agent_gpu.py --verify-shapes gpt2,odd --minutes 1 --out /tmp/search_fast
 """
 
 from __future__ import annotations
@@ -84,6 +85,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--dtype", default="bf16")
     ap.add_argument("--shape-set", default="llama7b", help="the spec's shape set to optimise at (e.g. gpt2)")
     ap.add_argument("--seed", type=int, default=0)
+    ap.add_argument("--verify-shapes", default=None,
+                    help="shape sets each candidate is verified on (comma list; default: all on the GPU). Fewer sets "
+                         "make an experiment cheaper (every shape of every set is run and checked) but a kept kernel "
+                         "is then proven on those sets only: say so next to the table")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -98,7 +103,8 @@ def main(argv: list[str] | None = None) -> int:
     for kind in [t.strip() for t in args.types.split(",") if t.strip()]:
         run = out / f"run_{kind}"
         shutil.rmtree(run, ignore_errors=True)
-        settings = LoopSettings(device="cuda", seed=args.seed, workers=1,
+        verify_sets = tuple(s for s in args.verify_shapes.split(",") if s) if args.verify_shapes else None
+        settings = LoopSettings(device="cuda", seed=args.seed, workers=1, verify_shape_sets=verify_sets,
                                 budget=Budget(minutes=args.minutes, experiments=args.max_experiments))
         t0 = time.time()
         try:
