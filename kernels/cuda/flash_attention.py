@@ -717,7 +717,6 @@ _KERNELS = ["flash_attention_mma_f16", "flash_attention_mma_bf16",
 _WG_KERNELS = ["flash_attention_wgmma_f16", "flash_attention_wgmma_bf16"]
 WG_HEAD_DIMS = (64, 128)
 WG_BLOCK_M = 128  # query rows a block: two consumer warpgroups x 64
-_SHARED_LIMIT = 227 * 1024  # opt-in dynamic shared memory a block on sm_90 (nvrtc.launch opts in)
 _WG_SLACK = 2048  # up to 1 KiB to round the start up to 1024 bytes (128B swizzle), then (1 + 2 STAGES) mbarriers
 
 
@@ -728,7 +727,7 @@ def _wg_bytes(head_dim):
 
 def _wg_stages(head_dim):
     q_bytes, kv_bytes = _wg_bytes(head_dim)
-    return max(2, min(CONFIG["WG_STAGES"], (_SHARED_LIMIT - _WG_SLACK - q_bytes) // (2 * kv_bytes)))
+    return max(2, min(CONFIG["WG_STAGES"], (nvrtc.SM90_SHARED_BYTES - _WG_SLACK - q_bytes) // (2 * kv_bytes)))
 
 
 def _wg_shared(head_dim):
@@ -771,17 +770,14 @@ def _rows_aligned(t):
 _wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs)
 
 
-def _launch_wgmma(out, q, k, v, causal, sm_scale):
-    """The TMA + wgmma kernel; False (nothing launched) where it cannot run: the caller then uses "mma"."""
+def _launch_wgmma(out, q, k, v, causal, sm_scale, common):
+    """The TMA + wgmma kernel; False (nothing launched) where it cannot run: the caller then uses "mma".
+    common: the scalar arguments every kernel here takes (H, Hkv, S, causal, scale * log2 e)."""
     b, h, s, d = q.shape
     hkv = k.shape[1]
     if (q.dtype not in (torch.float16, torch.bfloat16) or d not in WG_HEAD_DIMS or s % WG_BLOCK_M
             or not sm_scale > 0 or not all(t.is_contiguous() for t in (q, k, v))
             or b * h * s >= 2**31 or _wgmma_arch(q.device) is None):
-        return False
-    why = nvrtc.tensor_maps_unusable()
-    if why:
-        nvrtc.warn_once(f"flash_attention VARIANT 'wgmma' falls back to 'mma': {why}")
         return False
     bn = CONFIG["WG_BLOCK_N"]
     try:  # boxes of (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts the kernel's descriptors expect
@@ -794,8 +790,7 @@ def _launch_wgmma(out, q, k, v, causal, sm_scale):
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wgmma_{_SUFFIX[q.dtype]}", defines=_defines(d),
                                   arch=nvrtc.WGMMA_ARCH, source_name="flash_attention.cu")
     nvrtc.launch(kernel, grid=(s // WG_BLOCK_M, b * h), block=(384,), shared_mem=_wg_shared(d),
-                 args=(out, map_q, map_k, map_v, nvrtc.i32(h), nvrtc.i32(hkv), nvrtc.i32(s),
-                       nvrtc.i32(int(bool(causal))), nvrtc.f32(float(sm_scale) * math.log2(math.e))))
+                 args=(out, map_q, map_k, map_v, *common))
     return True
 
 
@@ -813,10 +808,10 @@ def kernel_fn(q, k, v, causal, sm_scale):
     out = torch.empty((b, h, s, d), dtype=q.dtype, device=q.device)  # contiguous: the kernels write [B, H, S, D]
     if b * h * s == 0:
         return out
-    if CONFIG["VARIANT"] == "wgmma" and _launch_wgmma(out, q, k, v, causal, sm_scale):
-        return out
     common = (nvrtc.i32(h), nvrtc.i32(hkv), nvrtc.i32(s), nvrtc.i32(int(bool(causal))),
               nvrtc.f32(float(sm_scale) * math.log2(math.e)))
+    if CONFIG["VARIANT"] == "wgmma" and _launch_wgmma(out, q, k, v, causal, sm_scale, common):
+        return out
     if CONFIG["VARIANT"] in ("mma", "wgmma") and q.dtype in (torch.float16, torch.bfloat16):
         qc, kc, vc = _rows_aligned(q), _rows_aligned(k), _rows_aligned(v)
         strides = [nvrtc.i64(st) for t in (qc, kc, vc) for st in t.stride()[:3]]  # batch, head, row (elements)

@@ -574,14 +574,7 @@ WGMMA_KERNEL(bf16_nt, __nv_bfloat16, true)
 _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 # The WMMA kernel's tile (fixed: the fp32 tiles must fit 48 KiB of static shared memory).
 _WMMA = {"WMMA_BM": 128, "WMMA_BN": 128, "WMMA_BK": 32, "WMMA_WARPS_M": 2, "WMMA_WARPS_N": 4}
-_SHARED_LIMIT = 227 * 1024  # opt-in dynamic shared memory a block on sm_90 (nvrtc.launch opts in)
-
-
-def _shared_limit(device):
-    """Dynamic shared memory a block may use on `device` (the sm_90 figure without a GPU: builds, tests)."""
-    if device.type != "cuda":
-        return _SHARED_LIMIT
-    return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
+_SHARED_LIMIT = nvrtc.SM90_SHARED_BYTES  # the default the pipelines are sized for (builds, tests)
 
 
 def _tile():
@@ -658,33 +651,39 @@ def _rows16(t):
 
 
 def _aligned_rows(t):
-    """(t, row stride) when t's rows suit cp.async as they are; else a contiguous copy whose rows are padded
-    with zeros to a multiple of 8 elements (16 bytes). The kernel never reads the padding (bounds are the
-    true K / N), so only odd-sized or unaligned operands pay for this copy."""
-    ld = _rows16(t)
-    if ld is not None:
-        return t, ld
+    """t when its rows suit cp.async / TMA as they are; else a copy whose rows are padded with zeros to a multiple
+    of 8 elements (16 bytes), viewed at t's width. The kernels never read the padding (their bounds are the true
+    K / N), so only odd-sized or unaligned operands pay for this copy."""
+    if _rows16(t) is not None:
+        return t
     rows, cols = t.shape
     padded = torch.zeros((rows, -(-cols // 8) * 8), dtype=t.dtype, device=t.device)
     padded[:, :cols] = t
-    return padded, _rows16(padded)
+    return padded[:, :cols]
+
+
+def _operands(a, b):
+    """(a, layout, b rows) with every row 16-byte aligned, as cp.async and TMA read them. layout "nn": b's own
+    [K, N] rows; "nt": the [N, K] rows of b.T (b = W.T with W an nn.Linear weight, read in place). An operand
+    without aligned rows is copied (_aligned_rows), keeping b's major order."""
+    a = _aligned_rows(a)
+    if _rows16(b) is not None:
+        return a, "nn", b
+    if _rows16(b.t()) is not None:
+        return a, "nt", b.t()
+    if b.stride(0) < b.stride(1):
+        return a, "nt", _aligned_rows(b.t())
+    return a, "nn", _aligned_rows(b)
 
 
 def _launch_mma(out, a, b):
     """The pipelined fp16/bf16 kernel; b is read in place when it is row-major or a transposed row-major W."""
     m, k = a.shape
     n = b.shape[1]
-    a, lda = _aligned_rows(a)
-    layout, ldb = "nn", _rows16(b)
-    if ldb is None:
-        layout, ldb = "nt", _rows16(b.t())  # b = W.T with W [N,K] row-major: read W's rows in place
-    if ldb is None:  # copy, keeping b's own major order (a W.T stays k-major)
-        if b.stride(0) < b.stride(1):
-            layout, (b, ldb) = "nt", _aligned_rows(b.t())
-        else:
-            layout, (b, ldb) = "nn", _aligned_rows(b)
+    a, layout, b = _operands(a, b)
+    lda, ldb = _rows16(a), _rows16(b)
     bm, bn, wm, wn = _tile()
-    limit = _shared_limit(a.device)
+    limit = nvrtc.shared_memory_limit(a.device)
     kernel = _kernel(f"matmul_mma_{_SUFFIX[a.dtype]}_{layout}", limit)
     grid = (math.ceil(m / bm) * math.ceil(n / bn),)
     nvrtc.launch(kernel, grid=grid, block=(wm * wn * 32,), shared_mem=_stages(limit) * _stage_bytes(),
@@ -697,9 +696,9 @@ _wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs
 def _launch_wgmma(out, a, b):
     """The TMA + wgmma kernel; False (nothing launched) where it cannot run: the caller then uses "mma".
 
-    TMA needs 16-byte aligned bases and row strides; like the mma path, an operand without them is first copied
-    into zero-padded rows (_aligned_rows), so wgmma runs on every shape (K = 777 too) and the GPU check's odd and
-    edge sets exercise its ragged edges. TMA zero-fills the boxes past M, N, K; the epilogue bounds its stores.
+    TMA needs 16-byte aligned bases and row strides; _operands gives both kernels such rows (padded copies where
+    needed), so wgmma runs on every shape (K = 777 too) and the GPU check's odd and edge sets exercise its ragged
+    edges. TMA zero-fills the boxes past M, N, K; the epilogue bounds its stores.
     """
     arch = _wgmma_arch(a.device)
     if arch is None:
@@ -710,16 +709,8 @@ def _launch_wgmma(out, a, b):
         return False
     m, k = a.shape
     n = b.shape[1]
-    # Padded copies are viewed at their true width: the maps' bounds stay M, N, K (TMA zero-fills past them).
-    a = _aligned_rows(a)[0][:, :k]
-    if _rows16(b) is not None:
-        layout, rows = "nn", b  # b [K, N] rows: N-major tiles, read transposed by wgmma
-    elif _rows16(b.t()) is not None:
-        layout, rows = "nt", b.t()  # b = W.T: W's [N, K] rows are K-major tiles, like a's
-    elif b.stride(0) < b.stride(1):
-        layout, rows = "nt", _aligned_rows(b.t())[0][:, :k]
-    else:
-        layout, rows = "nn", _aligned_rows(b)[0][:, :n]
+    # "nn": b's [K, N] rows are N-major tiles, read transposed by wgmma; "nt": W's [N, K] rows are K-major, like a's.
+    a, layout, rows = _operands(a, b)
     bm, bn = _wg_tile()
     try:  # boxes (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts Part 3's descriptors expect
         map_a = nvrtc.tensor_map(a, (bm, 64), swizzle=128)
@@ -727,7 +718,7 @@ def _launch_wgmma(out, a, b):
     except nvrtc.TensorMapError as exc:
         nvrtc.warn_once(f"matmul VARIANT 'wgmma' falls back to 'mma': {exc}")
         return False
-    limit = _shared_limit(a.device)
+    limit = nvrtc.shared_memory_limit(a.device)
     kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", limit, arch=arch)
     grid = (math.ceil(m / bm) * math.ceil(n / bn),)
     nvrtc.launch(kernel, grid=grid, block=(384,), shared_mem=_wg_shared(limit),

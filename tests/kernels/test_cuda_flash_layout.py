@@ -428,7 +428,6 @@ def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, dtype, bn):
     monkeypatch.setattr(FA.nvrtc, "compile_kernel", lambda src, name, defines=None, arch=None, source_name=None:
                         (arch == "sm_90a" or pytest.fail(arch)) and name)
     monkeypatch.setattr(FA.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
-    monkeypatch.setattr(FA.nvrtc, "tensor_maps_unusable", lambda: None)  # no bindings needed
     monkeypatch.setattr(FA.nvrtc, "launch", _fake_launch)
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(1, 4, 256, 64, generator=gen).to(dtype)
@@ -485,7 +484,6 @@ def test_wgmma_falls_back_to_mma_where_it_cannot_run(monkeypatch):
     assert launched == ["flash_attention_mma_bf16"]
     monkeypatch.setattr(FA, "_wgmma_arch", lambda device: "sm_90a")
     monkeypatch.setattr(FA.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
-    monkeypatch.setattr(FA.nvrtc, "tensor_maps_unusable", lambda: None)  # no bindings needed
     cases = [
         (torch.ones(1, 2, 100, 64, dtype=torch.bfloat16),) * 3,  # ragged S
         (torch.ones(1, 2, 128, 32, dtype=torch.float16),) * 3,  # D = 32
@@ -502,7 +500,6 @@ def test_wgmma_falls_back_to_mma_where_it_cannot_run(monkeypatch):
         raise FA.nvrtc.TensorMapError("cuda.bindings is not installed")
 
     monkeypatch.setattr(FA.nvrtc, "tensor_map", refuse)
-    monkeypatch.setattr(FA.nvrtc, "tensor_maps_unusable", lambda: None)  # no bindings needed
     with pytest.warns(RuntimeWarning, match="falls back"):
         FA.kernel_fn(*(torch.ones(1, 2, 128, 64, dtype=torch.bfloat16),) * 3, False, 0.125)
     assert launched[-1] == "flash_attention_mma_bf16"
