@@ -25,7 +25,15 @@
 #   hopper: the CUDA wgmma + TMA matmul checked and timed; flash attention, reduce and softmax variants at
 #          the GPT-2 shapes in fp16 (also timed from a CUDA graph: host overhead vs kernel time).
 #   hopper2: the CUDA wgmma flash attention checked and timed; the wgmma matmul re-checked and timed.
-#   verify_cuda: GPU pytest of the CUDA / NVRTC files, `autokernel-ci verify` of four CUDA starters, aftereffect.
+#   verify_cuda: GPU pytest of the CUDA / NVRTC files, `autokernel-ci verify` of four CUDA starters, the wgmma
+#          flash attention's CONFIG points checked on every set in fp16 and timed, aftereffect.
+#   verify2: the CUDA GPU tests (stress cases too), `autokernel-ci verify` of all 18 starters, timing_lead.py, the
+#          starter table (bf16, LLaMA-7B shapes, no torch.compile).
+#   verify3: the CUDA starters' GPU stress / reference tests, `verify` of the CUDA matmul, the search agent at
+#          fp16 on the GPT-2 shapes for layernorm, rmsnorm, rotary, reduce.
+#   second2: the search agent at fp16 on the GPT-2 shapes for the five types verify3 did not run.
+#   pipeline: the CUDA wgmma flash attention's WG_PIPELINE schedules checked on every set, timed; their GPU tests.
+#   pipeline2: the CUDA attention's new default: its GPU tests, `verify`, the schedules timed in fp16.
 #   aftereffect: benchmarks/profiler_aftereffect.py (harness timings before / after a profiler session).
 #   descriptors: the tensor-descriptor (TMA) variants of matmul / fused_mlp / flash attention checked on
 #          every shape set and timed (bf16; matmul also fp16 on the GPT-2 shape), the reduce CONFIG
@@ -166,7 +174,55 @@ case "${1:-check}" in
       step 150 "verify_cuda_$kind" python3 -m autokernel_ci verify "kernels/cuda/$kind.py" --device cuda \
         --json "$out/verify_cuda_$kind.json"
     done
+    step 150 variants_cuda_flash_wgmma_fp16 python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_attention_wgmma.json --dtype fp16 --sets cpu,edge,odd,gpt2,llama7b \
+      --out "$out/wgmma_fp16"
     step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"
+    ;;
+  verify2)  # after the verify_cuda findings (uint8 poison crash, fp32 TF32 on stress inputs): the CUDA GPU tests with
+    # the stress cases, `autokernel-ci verify` of all 18 starters (three at a time), the timer's host lead, the table
+    step 200 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 tests/test_nvrtc.py \
+      tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+    n=0
+    for backend in cuda triton; do
+      for kind in matmul flash_attention fused_mlp rmsnorm layernorm softmax cross_entropy rotary_embedding reduce; do
+        step 200 "verify_${backend}_$kind" python3 -m autokernel_ci verify "kernels/$backend/$kind.py" --device cuda \
+          --json "$out/verify_${backend}_$kind.json" &
+        n=$((n + 1)); if [ $((n % 3)) -eq 0 ]; then wait; fi
+      done
+    done
+    wait
+    step 150 timing_lead python3 benchmarks/timing_lead.py --out "$out"
+    step 150 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --out "$out/bf16"
+    ;;
+  verify3)  # the 3xTF32 fp32 CUDA matmul on the stress inputs, then the search agent at the GPT-2 shapes on the
+    # launch-bound types again, now that the timer gives the host a head start (timing.LEAD_US)
+    step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_cuda_starters.py -k "stress or reference"
+    step 100 verify_cuda_matmul python3 -m autokernel_ci verify kernels/cuda/matmul.py --device cuda \
+      --json "$out/verify_cuda_matmul.json"
+    step 300 search_gpt2_fp16 python3 benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 0.75 \
+      --types layernorm,rmsnorm,rotary_embedding,reduce --out "$out/search_gpt2_fp16"
+    ;;
+  second2)  # the rest of the GPT-2 fp16 search-agent table with the timer's host lead (verify3 ran the other four)
+    step 400 search_gpt2_fp16 python3 benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 0.75 \
+      --types matmul,flash_attention,fused_mlp,softmax,cross_entropy --out "$out/search_gpt2_fp16b"
+    ;;
+  pipeline)  # CUDA wgmma flash attention schedules (WG_PIPELINE: serial, intra-warpgroup overlap, + ping-pong)
+    # checked on every set and timed in bf16, then the GPU tests of every schedule in fp16 and bf16
+    step 240 variants_cuda_flash_pipeline python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_attention_pipeline.json --sets cpu,edge,odd,gpt2,llama7b \
+      --out "$out/pipeline"
+    step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_cuda_flash_layout.py -k gpu
+    ;;
+  pipeline2)  # the new CUDA attention default (WG_PIPELINE 2, 3 stages): GPU tests, `verify`, fp16 timing
+    step 120 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py -k "gpu and (flash or stress)"
+    step 100 verify_cuda_flash_attention python3 -m autokernel_ci verify kernels/cuda/flash_attention.py --device cuda \
+      --json "$out/verify_cuda_flash_attention.json"
+    step 100 variants_fp16 python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_attention_pipeline.json --dtype fp16 --sets llama7b --out "$out/fp16"
     ;;
   aftereffect)  # does verification's profiler session slow the timings after it? (see the script's docstring)
     step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"

@@ -5,6 +5,14 @@ order rotated every round (A B C, B C A, C A B, ...), so clock and thermal drift
 alike. Each sample is one call: events recorded on the current stream right before and after it,
 after a 256 MB write that evicts the L2 (H100/H200 L2 is 50-60 MB), so every call reads from HBM
 as it does inside a model. Statistics: median with p20/p80.
+
+The events time GPU work only while the host stays ahead of the GPU. Without help it does not always:
+a loop that also calls eager (rotary: ~10 aten launches) and a torch.compile'd function spends more
+host time per round than the GPU spends flushing and computing, the GPU queue drains, and each sample
+becomes the host's launch latency. Seen on the H200 (GPT-2 shapes, fp16): the search loop timed the
+layernorm starter at 49.0 us and rotary's eager at 158.8 us, 13.9 and 67.2 us by do_bench. So a
+GPU-side spin of LEAD_US comes after each flush: the host queues the call while the GPU still spins,
+and the events see the kernels back to back, as in a model whose host runs ahead.
 """
 
 from __future__ import annotations
@@ -18,6 +26,9 @@ import torch
 from autokernel_ci.harness.results import Timing
 
 L2_FLUSH_BYTES = 256 * 1024 * 1024  # > 4x the largest L2 we target (H200: 60 MB as torch reports it)
+# Host head start per timed call: more than the host time of one eager rotary (~160 us measured) minus the
+# flush's own ~80 us on the GPU; it adds 0.2 ms a sample of wall time, not of measured time.
+LEAD_US = 200.0
 _perf_counter = time.perf_counter
 
 
@@ -37,6 +48,7 @@ PLANS = {
 }
 
 _flush_buffers: dict[str, torch.Tensor] = {}
+_spin_cycles: dict[str, int] = {}  # device -> torch.cuda._sleep cycles for LEAD_US on it
 
 
 def _flush_l2(device: torch.device) -> None:
@@ -45,6 +57,22 @@ def _flush_l2(device: torch.device) -> None:
     if buf is None:
         buf = _flush_buffers[key] = torch.empty(L2_FLUSH_BYTES, dtype=torch.int8, device=device)
     buf.zero_()
+
+
+def _lead(device: torch.device) -> None:
+    """Keep the GPU busy for ~LEAD_US so the host can queue the next call before the GPU reaches it."""
+    key = str(device)
+    cycles = _spin_cycles.get(key)
+    if cycles is None:  # calibrate once: the SM clock varies by GPU and power state
+        probe = 1_000_000
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        torch.cuda._sleep(probe)  # first call loads the kernel
+        start.record()
+        torch.cuda._sleep(probe)
+        end.record()
+        end.synchronize()
+        cycles = _spin_cycles[key] = max(1, int(probe * LEAD_US / max(start.elapsed_time(end) * 1000.0, 1.0)))
+    torch.cuda._sleep(cycles)
 
 
 def summarize(samples_us: list[float]) -> Timing:
@@ -64,8 +92,9 @@ def summarize(samples_us: list[float]) -> Timing:
 
 
 def time_calls(fns: Mapping[str, Callable[[], object]], device: torch.device, *, samples: int | None = None,
-               warmup: int | None = None, plan: TimingPlan | None = None) -> dict[str, Timing]:
-    """Time each zero-argument callable, interleaved; returns name -> Timing."""
+               warmup: int | None = None, plan: TimingPlan | None = None, lead: bool = True) -> dict[str, Timing]:
+    """Time each zero-argument callable, interleaved; returns name -> Timing. lead=False drops the GPU-side
+    head start (see the module docstring): then a host-bound call is timed at its launch latency."""
     plan = plan or PLANS["cuda" if device.type == "cuda" else "cpu"]
     names = list(fns)
     warmup = plan.warmup if warmup is None else warmup
@@ -75,7 +104,7 @@ def time_calls(fns: Mapping[str, Callable[[], object]], device: torch.device, *,
     if samples is None:
         samples = _choose_samples(fns, device, plan)
     if device.type == "cuda":
-        return _time_cuda(fns, names, device, samples)
+        return _time_cuda(fns, names, device, samples, lead)
     return _time_host(fns, names, samples)
 
 
@@ -98,13 +127,15 @@ def _rotation(names: list[str], i: int) -> list[str]:
     return names[k:] + names[:k]
 
 
-def _time_cuda(fns, names, device, samples: int) -> dict[str, Timing]:
+def _time_cuda(fns, names, device, samples: int, lead: bool = True) -> dict[str, Timing]:
     events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
                   for _ in range(samples)] for n in names}
     torch.cuda.synchronize(device)
     for i in range(samples):
         for name in _rotation(names, i):
             _flush_l2(device)
+            if lead:
+                _lead(device)
             start, end = events[name][i]
             start.record()
             fns[name]()

@@ -1,4 +1,4 @@
-"""Flash attention (causal or not, grouped-query heads), CUDA C++ (NVRTC): FA2-style mma.sync + online softmax.
+"""Flash attention (causal or not, grouped-query heads), CUDA C++ (NVRTC): wgmma on Hopper, else mma.sync.
 
 bf16/fp16 (VARIANT "mma"): one block handles BLOCK_M = 16*WARPS query rows of one (batch, head); each
 warp owns 16 rows. The Q tile is copied to shared memory once and kept as m16n8k16 A-fragments in
@@ -11,13 +11,13 @@ right of the diagonal are never loaded, warps skip blocks entirely above their r
 that cross the diagonal or the sequence end are masked. Ragged S: K/V rows past the end are
 zero-filled and their scores set to -inf. Strided (non-contiguous) q/k/v are read in place when
 every row starts 16-byte aligned; otherwise they are copied first.
-fp32 (and VARIANT "wmma"): the earlier WMMA kernel (TF32 for fp32, scores staged through 48 KiB of
-static shared memory). HEAD_DIM in {16, 32, 64, 128}.
-VARIANT "wgmma" (sm_90a, H100 / H200): FA3-style, warp-specialised -- a producer warpgroup TMA-loads Q once and K/V
-tiles into an mbarrier ring, two consumer warpgroups (64 query rows each) run S = Q K^T as wgmma from shared memory,
-the online softmax on the accumulator fragments, and O += P V as wgmma with P straight from registers (details at
-namespace fa3). It needs fp16/bf16, D in {64, 128}, S % 128 == 0, contiguous q/k/v, sm_scale > 0, an sm_90 device
-and tensor maps (cuda.bindings); otherwise "mma" runs (fp32: WMMA).
+fp32 (and VARIANT "wmma"): the earlier WMMA kernel (fp32 as 3xTF32: three tf32 products keep fp32
+accuracy; scores staged through 48 KiB of static shared memory). HEAD_DIM in {16, 32, 64, 128}.
+VARIANT "wgmma" (the default; sm_90a, H100 / H200): FA3-style, warp-specialised -- a producer warpgroup TMA-loads
+Q once and K/V tiles into an mbarrier ring, two consumer warpgroups (64 query rows each) run S = Q K^T as wgmma
+from shared memory, the online softmax on the accumulator fragments, and O += P V as wgmma with P straight from
+registers (details at namespace fa3). It needs fp16/bf16, D in {64, 128}, S % 128 == 0, contiguous q/k/v,
+sm_scale > 0, an sm_90 device and tensor maps (cuda.bindings); otherwise "mma" runs (fp32: WMMA).
 """
 
 import math
@@ -28,7 +28,8 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "flash_attention"
 BACKEND = "cuda"
-# VARIANT "mma": the FA2-style kernel for fp16/bf16 (fp32 always takes the WMMA kernel); "wmma": the earlier
+# VARIANT "mma": the FA2-style kernel for fp16/bf16 (fp32 always takes the WMMA kernel), the default's fallback
+# where "wgmma" cannot run; "wmma": the earlier
 # WMMA kernel for every dtype (fallback). WARPS: 16 query rows per warp, so BLOCK_M = 16 * WARPS.
 # BLOCK_N: keys per pipeline stage. At D=128, BLOCK_N=64 a lane holds 32 fp32 scores + 64 fp32 outputs
 # + 32 registers of Q fragments (128 live values before addresses), and the block uses
@@ -43,12 +44,17 @@ BACKEND = "cuda"
 # for fp16 / bf16, D in {64, 128}, S % 128 == 0, contiguous q, k, v (after the dtype cast), sm_scale > 0 on an sm_90
 # device with cuda.bindings (tensor maps); anything else takes "mma" (fp32 the WMMA kernel). WG_BLOCK_N: keys a
 # stage (64 or 128); WG_STAGES: K/V ring depth, clamped to what fits 227 KiB (3 at D=128, BN=128: 226 KiB).
-# Measured on the H200 (bf16, 2x32x4096x128, round `hopper2`, correct on every shape set): 128 keys x 2 stages
-# 557 / 1,000 / 555 us causal / not causal / GQA (0.90-0.93x SDPA; "mma" 1,276 / 2,434 / 1,308 us); 64 keys
-# 578-582 / 1,068-1,071 us. "mma" stays the default until fp16 has run on the GPU too (bf16 only so far).
-CONFIG = {"VARIANT": "mma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOCK_N": 128, "WG_STAGES": 2}
+# WG_PIPELINE: 0 serial, 1 overlap of a block's Q K^T + softmax with the previous block's P V, 2 that plus ping-pong
+# turns of the two consumer warpgroups. Measured on the H200 (bf16, 2x32x4096x128, causal / not causal / GQA, SDPA
+# in the same process; round `pipeline`, every point correct on every shape set): 2 with 3 stages 529.7 / 952.2 /
+# 516.2 us (0.93 / 0.96 / 1.01x SDPA), the serial 2-stage kernel 534.1 / 1,030.6 / 570.5 us, 1 with 3 stages
+# 534.3 / 997.7 / 557.1 us; with 2 stages the overlap is slower (643-707 / 1,130-1,231 us: the ring holds the two
+# blocks in flight and the next load waits). Earlier: "mma" 1,276 / 2,434 / 1,308 us; fp16 passes all sets too.
+CONFIG = {"VARIANT": "wgmma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOCK_N": 128, "WG_STAGES": 3,
+          "WG_PIPELINE": 2}
 SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],
-                "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4]}
+                "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4],
+                "WG_PIPELINE": [0, 1, 2]}
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128
@@ -316,7 +322,9 @@ FA2_KERNEL(f16, __half)
 FA2_KERNEL(bf16, __nv_bfloat16)
 
 // ================= VARIANT "wgmma": FA3-style forward for Hopper (sm_90a): TMA + mbarrier ring + wgmma ==========
-// Defines: HEAD_DIM (64 or 128), WG_BLOCK_N (keys a stage: 64 or 128), WG_STAGES (K/V ring depth).
+// Defines: HEAD_DIM (64 or 128), WG_BLOCK_N (keys a stage: 64 or 128), WG_STAGES (K/V ring depth), WG_PIPELINE (0:
+// each block's GEMMs and softmax in turn; 1: a block's Q K^T and the previous block's P V in flight together, the
+// softmax under P V; 2: 1 plus ping-pong, the two consumer warpgroups taking turns on the tensor cores).
 // One block = 128 query rows of one (batch, head), 384 threads = 3 warpgroups (as matmul's Part 3):
 //   warpgroup 0, producer (setmaxnreg.dec 40): one thread TMA-loads the Q tile once (barrier q_full), then the K and V
 //     tiles of every key block into a WG_STAGES ring (full[s]: one arrive.expect_tx of both tiles' bytes; empty[s]:
@@ -419,80 +427,157 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
         const unsigned q_wg = base + (wg - 1) * 64 * 128;  // this warpgroup's 64 rows inside each Q box
         mbar_wait(q_full, 0);
 
-        for (int j = 0; j < nblocks; ++j) {
-            const int s = j % STAGES;
-            mbar_wait(bars + 8 * (1 + s), (j / STAGES) & 1);
-            const unsigned ks = kv0 + s * 2 * KV_BYTES, vs = ks + KV_BYTES;
+        // The steps of one key block j (ring stage j % STAGES: K at kv_stage(j), V KV_BYTES after it).
+        float sc[BN / 2];       // scores of the block, then its probabilities
+        unsigned pa[BN / 16][4];  // P as wgmma A fragments (16-bit pairs)
+        float alpha[2];          // the rescale of the running output for this thread's two rows
+        auto kv_stage = [&](int j) { return kv0 + (j % STAGES) * 2 * KV_BYTES; };
+        auto issue_s = [&](int j) {  // S = Q K_j^T, asynchronous (one committed group)
+            mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
+            const unsigned ks = kv_stage(j);
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) sc[i] = 0.f;
+            wg_fence_acc(sc);
+            wg_fence();
+#pragma unroll
+            for (int kc = 0; kc < D / 16; ++kc) {
+                const unsigned long long da = wg_desc(q_wg + (kc / 4) * Q_CHUNK + 32 * (kc % 4), 16, 1024);
+                const unsigned long long db = wg_desc(ks + (kc / 4) * KV_CHUNK + 32 * (kc % 4), 16, 1024);
+                Wgmma<T, BN, 0>::run(sc, da, db, 1);
+            }
+            wg_commit();
+        };
+        auto softmax = [&](int j) {  // sc: scores -> probabilities; m_row, l_row, alpha updated
             const int n0 = j * BN;
-            // Causal: a block entirely right of this warpgroup's last row adds nothing (warpgroup-uniform; only
-            // BN 64 has one: keys q0 + 64 .. q0 + 127 for warpgroup 1). When taken, every row sees key n0.
-            if (!causal || n0 <= row_base + 63) {
-                float sc[BN / 2];
-#pragma unroll
-                for (int i = 0; i < BN / 2; ++i) sc[i] = 0.f;
-                wg_fence_acc(sc);
-                wg_fence();
-#pragma unroll
-                for (int kc = 0; kc < D / 16; ++kc) {
-                    const unsigned long long da = wg_desc(q_wg + (kc / 4) * Q_CHUNK + 32 * (kc % 4), 16, 1024);
-                    const unsigned long long db = wg_desc(ks + (kc / 4) * KV_CHUNK + 32 * (kc % 4), 16, 1024);
-                    Wgmma<T, BN, 0>::run(sc, da, db, 1);
-                }
-                wg_commit();
-                wg_wait<0>();
-                wg_fence_acc(sc);
-
-                // Causal mask on blocks that reach right of this warpgroup's first row.
-                if (causal && n0 + BN - 1 > row_base) {
-#pragma unroll
-                    for (int i = 0; i < BN / 2; ++i) {
-                        const int key = n0 + 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
-                        if (key > r0 + 8 * ((i / 2) % 2)) sc[i] = -INFINITY;
-                    }
-                }
-                // Online softmax: a row's BN columns sit in the 4 lanes of a quad (xor 1, xor 2).
-                float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-                for (int i = 0; i < BN / 2; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
-                float mu[2], alpha[2];
-#pragma unroll
-                for (int r = 0; r < 2; ++r) {
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                    mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                    const float m_new = fmaxf(m_row[r], mx[r] * scale_log2);  // scale_log2 > 0 (launcher)
-                    mu[r] = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: never inf - inf
-                    alpha[r] = fa2::fast_exp2(m_row[r] - mu[r]);
-                    m_row[r] = m_new;
-                    l_row[r] *= alpha[r];
-                }
-#pragma unroll
-                for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i / 2) % 2];
+            // Causal mask on blocks that reach right of this warpgroup's first row.
+            if (causal && n0 + BN - 1 > row_base) {
 #pragma unroll
                 for (int i = 0; i < BN / 2; ++i) {
-                    const float p = fa2::fast_exp2(fmaf(sc[i], scale_log2, -mu[(i / 2) % 2]));
-                    sc[i] = p;
-                    l_row[(i / 2) % 2] += p;
+                    const int key = n0 + 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
+                    if (key > r0 + 8 * ((i / 2) % 2)) sc[i] = -INFINITY;
                 }
-                // P as wgmma A fragments: keys 16 kk .. 16 kk + 15 are accumulator registers 8 kk .. 8 kk + 7, whose
-                // (row, column) pattern is exactly the A fragment's elements 0..7 (PTX wgmma-64N16-A / -D).
-                unsigned pa[BN / 16][4];
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-                    for (int e = 0; e < 4; ++e)
-                        pa[kk][e] = fa2::Op<T>::pack(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
-
-                wg_fence_acc(o);
-                wg_fence();
-#pragma unroll
-                for (int kk = 0; kk < BN / 16; ++kk)
-                    WgmmaRS<T, D, 1>::run(o, pa[kk], wg_desc(vs + 2048 * kk, KV_CHUNK, 1024), 1);
-                wg_commit();
-                wg_wait<0>();
-                wg_fence_acc(o);
             }
+            // Online softmax: a row's BN columns sit in the 4 lanes of a quad (xor 1, xor 2).
+            float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
+            float mu[2];
+#pragma unroll
+            for (int r = 0; r < 2; ++r) {
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+                const float m_new = fmaxf(m_row[r], mx[r] * scale_log2);  // scale_log2 > 0 (launcher)
+                mu[r] = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: never inf - inf
+                alpha[r] = fa2::fast_exp2(m_row[r] - mu[r]);
+                m_row[r] = m_new;
+                l_row[r] *= alpha[r];
+            }
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) {
+                const float p = fa2::fast_exp2(fmaf(sc[i], scale_log2, -mu[(i / 2) % 2]));
+                sc[i] = p;
+                l_row[(i / 2) % 2] += p;
+            }
+        };
+        auto rescale = [&]() {
+#pragma unroll
+            for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i / 2) % 2];
+        };
+        // P as wgmma A fragments: keys 16 kk .. 16 kk + 15 are accumulator registers 8 kk .. 8 kk + 7, whose
+        // (row, column) pattern is exactly the A fragment's elements 0..7 (PTX wgmma-64N16-A / -D).
+        auto pack = [&]() {
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) pa[kk][e] = fa2::Op<T>::pack(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+        };
+        auto issue_pv = [&](int j) {  // O += P V_j, asynchronous (one committed group); reads pa until it completes
+            const unsigned vs = kv_stage(j) + KV_BYTES;
+            wg_fence_acc(o);
+            wg_fence();
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+                WgmmaRS<T, D, 1>::run(o, pa[kk], wg_desc(vs + 2048 * kk, KV_CHUNK, 1024), 1);
+            wg_commit();
+        };
+        auto pv_done = [&]() {  // after wg_wait: o may be read, pa rewritten (the asm keeps pa live until here)
+            wg_fence_acc(o);
+#pragma unroll
+            for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+                for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
+        };
+        auto release = [&](int j) {  // this warp no longer reads stage j % STAGES
             __syncwarp();
-            if (lane == 0) mbar_arrive(bars + 8 * (1 + STAGES + s));  // this warp no longer reads stage s
+            if (lane == 0) mbar_arrive(bars + 8 * (1 + STAGES + j % STAGES));
+        };
+
+        // WG_PIPELINE 2, ping-pong: the two consumer warpgroups take turns issuing their tensor-core work (named
+        // barriers 1 and 2: sync on mine, arrive on the other's), so one's softmax runs under the other's GEMMs.
+        // Each warpgroup has my_blocks + 1 issue sections; warpgroup 2 opens warpgroup 1's first turn and skips its
+        // arrive after its last section, so every barrier phase gets exactly 256 threads.
+        auto my_turn = [&]() {
+            if (WG_PIPELINE == 2) asm volatile("bar.sync %0, 256;\n" ::"r"(wg) : "memory");
+        };
+        auto their_turn = [&](bool last) {
+            if (WG_PIPELINE == 2 && !(last && wg == 2)) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - wg) : "memory");
+        };
+        // Causal: blocks entirely right of this warpgroup's last row add nothing; they are a suffix (only BN 64 has
+        // one: keys q0 + 64 .. q0 + 127 for warpgroup 1) and are released unread at the end. Ping-pong needs both
+        // warpgroups to take the same number of turns: there warpgroup 1 computes that block (fully masked: p = 0).
+        const int my_blocks = causal && WG_PIPELINE != 2 ? min(nblocks, (row_base + 63) / BN + 1) : nblocks;
+#if WG_PIPELINE >= 1
+        // FA3's intra-warpgroup overlap: block j's S = Q K^T and block j - 1's O += P V are in flight together, and
+        // block j's softmax runs while P V still occupies the tensor cores.
+        if (WG_PIPELINE == 2 && wg == 2) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 1 first
+        my_turn();
+        issue_s(0);
+        their_turn(false);
+        wg_wait<0>();
+        wg_fence_acc(sc);
+        softmax(0);  // o is still zero: nothing to rescale
+        pack();
+        for (int j = 1; j < my_blocks; ++j) {
+            my_turn();
+            issue_s(j);
+            issue_pv(j - 1);
+            their_turn(false);
+            wg_wait<1>();  // groups complete in order: S of block j is done, P V of block j - 1 may still run
+            wg_fence_acc(sc);
+            softmax(j);
+            // Pin the softmax before the wait: plain register math may otherwise be sunk below it.
+            wg_fence_acc(sc);
+            wg_fence_acc(alpha);
+            wg_fence_acc(l_row);
+            wg_wait<0>();
+            pv_done();
+            rescale();
+            release(j - 1);
+            pack();
+        }
+        my_turn();
+        issue_pv(my_blocks - 1);
+        their_turn(true);
+        wg_wait<0>();
+        pv_done();
+        release(my_blocks - 1);
+#else
+        for (int j = 0; j < my_blocks; ++j) {
+            issue_s(j);
+            wg_wait<0>();
+            wg_fence_acc(sc);
+            softmax(j);
+            rescale();
+            pack();
+            issue_pv(j);
+            wg_wait<0>();
+            pv_done();
+            release(j);
+        }
+#endif
+        for (int j = my_blocks; j < nblocks; ++j) {
+            mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
+            release(j);
         }
 
         // O / l, in the output dtype; out is contiguous [B, H, S, D].
@@ -527,7 +612,7 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
 FA3_KERNEL(f16, __half)
 FA3_KERNEL(bf16, __nv_bfloat16)
 
-// ================= WMMA kernel: fp32 (TF32), and every dtype when VARIANT is "wmma" =================
+// ================= WMMA kernel: fp32 (3xTF32), and every dtype when VARIANT is "wmma" =================
 // Scores and P go through shared memory; 48 KiB of static shared memory, own tiles (WMMA_WARPS, WMMA_BLOCK_N).
 namespace wmma_fa {
 using namespace nvcuda;
@@ -536,12 +621,6 @@ template <typename T> struct Mma;
 template <> struct Mma<__half> { using In = __half; static constexpr int K = 16; };
 template <> struct Mma<__nv_bfloat16> { using In = __nv_bfloat16; static constexpr int K = 16; };
 template <> struct Mma<float> { using In = wmma::precision::tf32; static constexpr int K = 8; };
-
-template <typename Frag>
-__device__ __forceinline__ void to_tf32(Frag& f) {
-#pragma unroll
-    for (int t = 0; t < f.num_elements; ++t) f.x[t] = wmma::__float_to_tf32(f.x[t]);
-}
 
 constexpr int D = HEAD_DIM;
 constexpr int THREADS = WMMA_WARPS * 32;
@@ -586,8 +665,11 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
                            : reinterpret_cast<T*>(smem + 2 * L::KV + L::S) + warp * 16 * WMMA_BLOCK_N;
     float* Ow = reinterpret_cast<float*>(smem + 2 * L::KV + L::S + L::P) + warp * 256;
 
+    // fp32: both products as 3xTF32 (hi + lo parts, PRELUDE split_tf32); plain tf32 fails the peaked-scores
+    // stress case (scores ~25: up to 0.023 off against fp32's atol 5e-3).
+    constexpr int LO = sizeof(T) == 4 ? 1 : 0;
     // This warp's 16 query rows as WMMA fragments (staged through Ow, zero past the sequence end).
-    wmma::fragment<wmma::matrix_a, 16, 16, MK, In, wmma::row_major> qf[D / MK];
+    wmma::fragment<wmma::matrix_a, 16, 16, MK, In, wmma::row_major> qf[D / MK], qf_lo[LO ? D / MK : 1];
     T* stage = reinterpret_cast<T*>(Ow);
 #pragma unroll
     for (int c = 0; c < D / MK; ++c) {
@@ -597,7 +679,7 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
         }
         __syncwarp();
         wmma::load_matrix_sync(qf[c], stage, MK);
-        if constexpr (sizeof(T) == 4) to_tf32(qf[c]);
+        if constexpr (LO) split_tf32(qf[c], qf_lo[c]);
         __syncwarp();
     }
 
@@ -631,9 +713,13 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
             wmma::fill_fragment(s, 0.f);
 #pragma unroll
             for (int c = 0; c < D / MK; ++c) {
-                wmma::fragment<wmma::matrix_b, 16, 16, MK, In, wmma::col_major> kb;
+                wmma::fragment<wmma::matrix_b, 16, 16, MK, In, wmma::col_major> kb, kb_lo;
                 wmma::load_matrix_sync(kb, Ks + nf * 16 * L::LDK + c * MK, L::LDK);
-                if constexpr (sizeof(T) == 4) to_tf32(kb);
+                if constexpr (LO) {
+                    split_tf32(kb, kb_lo);
+                    wmma::mma_sync(s, qf_lo[c], kb, s);
+                    wmma::mma_sync(s, qf[c], kb_lo, s);
+                }
                 wmma::mma_sync(s, qf[c], kb, s);
             }
             wmma::store_matrix_sync(Sw + nf * 16, s, WMMA_BLOCK_N, wmma::mem_row_major);
@@ -674,11 +760,16 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const T* __restri
             wmma::fill_fragment(pv, 0.f);
 #pragma unroll
             for (int kn = 0; kn < WMMA_BLOCK_N; kn += MK) {
-                wmma::fragment<wmma::matrix_a, 16, 16, MK, In, wmma::row_major> pa;
-                wmma::fragment<wmma::matrix_b, 16, 16, MK, In, wmma::row_major> vb;
+                wmma::fragment<wmma::matrix_a, 16, 16, MK, In, wmma::row_major> pa, pa_lo;
+                wmma::fragment<wmma::matrix_b, 16, 16, MK, In, wmma::row_major> vb, vb_lo;
                 wmma::load_matrix_sync(pa, Pw + kn, WMMA_BLOCK_N);
                 wmma::load_matrix_sync(vb, Vs + kn * L::LDK + dc * 16, L::LDK);
-                if constexpr (sizeof(T) == 4) { to_tf32(pa); to_tf32(vb); }
+                if constexpr (LO) {
+                    split_tf32(pa, pa_lo);
+                    split_tf32(vb, vb_lo);
+                    wmma::mma_sync(pv, pa_lo, vb, pv);
+                    wmma::mma_sync(pv, pa, vb_lo, pv);
+                }
                 wmma::mma_sync(pv, pa, vb, pv);
             }
             wmma::store_matrix_sync(Ow, pv, 16, wmma::mem_row_major);
@@ -738,7 +829,7 @@ def _wg_shared(head_dim):
 def _defines(head_dim):
     return {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
             "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES, "WG_BLOCK_N": CONFIG["WG_BLOCK_N"],
-            "WG_STAGES": _wg_stages(head_dim)}
+            "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"]}
 
 
 def cuda_builds():

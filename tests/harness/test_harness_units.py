@@ -8,7 +8,7 @@ import importlib
 import pytest
 import torch
 
-from autokernel_ci.harness import faults, guard, roofline, sandbox, timing
+from autokernel_ci.harness import calls, faults, guard, roofline, sandbox, timing
 from autokernel_ci.harness.decide import decide
 from autokernel_ci.harness.evaluator import fold_bench_checks
 from autokernel_ci.harness.results import BenchResult, ShapeBench, StageResult, Status, Timing, Verdict
@@ -161,3 +161,37 @@ def test_decide_stays_the_function_after_its_submodule_is_imported():
     importlib.import_module("autokernel_ci.harness.decide")  # the submodule, as evaluator.py imports it
     second = import_ref("autokernel_ci.harness:decide")
     assert callable(first) and second is first and second.__name__ == "decide"
+
+
+@pytest.mark.parametrize(("dtype", "expected"), [
+    (torch.int64, calls.POISON_INT), (torch.int32, calls.POISON_INT), (torch.int16, -32768),
+    (torch.int8, -128), (torch.uint8, 255), (torch.bool, True),
+])
+def test_every_integer_scratch_buffer_is_poisoned_with_a_value_its_dtype_holds(dtype, expected):
+    """A candidate's uint8 scratch (a TMA descriptor's bytes) once crashed the poisoning itself."""
+    seen = {}
+
+    def kernel(x):
+        scratch = torch.empty(8, dtype=dtype)
+        seen["scratch"] = scratch.clone()
+        return x * 2
+
+    result = calls.guarded_call(kernel, (torch.ones(4),), allowed_aten=frozenset({"empty", "clone", "mul"}),
+                                arg_names=("x",))
+    assert result.failure is None
+    assert seen["scratch"].tolist() == [expected] * 8
+
+
+@pytest.mark.parametrize(("event", "expected"), [
+    ("reduce_bf16_n", True),  # extern "C" CUDA kernel
+    ("_sum_multirow", True),  # Triton kernel
+    ("void my_ns::reduce_tile<128>(float*, int)", True),  # a candidate's own templated kernel
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<bool> >(at::native::ReduceOp<bool>)", False),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int)", False),
+    ("void (anonymous namespace)::reduce_softmax<float>(float*)", False),
+    ("void at_cuda_detail::cub::DeviceReduceKernel<reduce_>(int)", False),
+    ("ampere_bf16_s16816gemm_bf16_128x128", False),  # cuBLAS: shares no name
+])
+def test_kernel_ran_counts_only_the_candidates_own_kernels(event, expected):
+    """A macro-pasted name ('reduce_', '_sum') must not match PyTorch's kernels launched in the same window."""
+    assert calls.own_kernel_event(event, ("reduce_", "_sum_multirow", "reduce_tile")) is expected

@@ -267,9 +267,19 @@ def _rs_wgmma(o_regs, pa, b_op):
     return _to_regs(_from_regs(o_regs, b_op.shape[0]) + a @ b_op.T)
 
 
-def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16):
+def _add_pv(o, p, vs, smem, kv_chunk, d, bn):
+    """O += P V from the V tile at shared address vs: P's packed pairs (8 kk + 2 e, + 1) are A elements 2e, 2e + 1."""
+    for kk in range(bn // 16):
+        b_op = wgmma_operand(smem, wg_desc(vs + 2048 * kk, kv_chunk, 1024), d, True)
+        o = _rs_wgmma(o, p[:, :, 8 * kk:8 * kk + 8], b_op)
+    return o
+
+
+def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16, pipeline=0):
     """Every block of fa3::attention; q [B, H, S, D], k / v [B, Hkv, S, D] (float64). Producer and consumers run in
-    program order (the ring's ordering is the mbarriers' job); everything else follows the kernel line by line."""
+    program order (the ring's ordering is the mbarriers' job); everything else follows the kernel line by line.
+    pipeline (WG_PIPELINE) >= 1: a block's P V is added one block later, before that block's rescale (the order of
+    the overlapped kernel); 2: no block is skipped (ping-pong needs equal turns), a fully masked block adds p = 0."""
     bsz, heads, seq, d = q.shape
     kv_heads = k.shape[1]
     assert seq % 128 == 0 and d in (64, 128)
@@ -294,7 +304,8 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16):
                 tma_load(smem, base + c * q_chunk, q2, 64 * c, q_row, 64, 128)
             state = {}
             for wg in (1, 2):
-                state[wg] = dict(o=np.zeros((4, 32, d // 2)), m=np.full((2, 4, 32, 1), -INF), l=np.zeros((2, 4, 32, 1)))
+                state[wg] = dict(o=np.zeros((4, 32, d // 2)), m=np.full((2, 4, 32, 1), -INF), l=np.zeros((2, 4, 32, 1)),
+                                 pending=None)
             for j in range(nblocks):
                 s = j % stages
                 ks = kv0 + s * 2 * kv_bytes
@@ -307,7 +318,7 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16):
                     st = state[wg]
                     row_base = q0 + (wg - 1) * 64
                     r0 = row_base + warp * 16 + (lane >> 2)
-                    if causal and n0 > row_base + 63:
+                    if causal and n0 > row_base + 63 and pipeline != 2:
                         continue
                     q_wg = base + (wg - 1) * 64 * 128
                     sacc = np.zeros((64, bn))
@@ -329,16 +340,20 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16):
                     alpha = np.exp2(st["m"] - mu)
                     st["m"], st["l"] = m_new, st["l"] * alpha
                     io = np.arange(d // 2)[None, None, :]
+                    if pipeline and st["pending"] is not None:  # the previous block's P V lands before the rescale
+                        st["o"] = _add_pv(st["o"], *st["pending"], smem, kv_chunk, d, bn)
                     st["o"] = st["o"] * np.where((io // 2) % 2 == 0, alpha[0], alpha[1])
                     p = np.exp2(sc * scale_log2 - np.where(half == 0, mu[0], mu[1]))
                     for r in range(2):
                         st["l"][r] += np.where(half == r, p, 0.0).sum(axis=2, keepdims=True)
-                    for kk in range(bn // 16):
-                        pa = p[:, :, 8 * kk:8 * kk + 8]  # packed pairs (8 kk + 2 e, + 1) = elements 2e, 2e + 1
-                        b_op = wgmma_operand(smem, wg_desc(vs + 2048 * kk, kv_chunk, 1024), d, True)
-                        st["o"] = _rs_wgmma(st["o"], pa, b_op)
+                    if pipeline:
+                        st["pending"] = (p, vs)
+                    else:
+                        st["o"] = _add_pv(st["o"], p, vs, smem, kv_chunk, d, bn)
             for wg in (1, 2):  # epilogue
                 st = state[wg]
+                if st["pending"] is not None:  # the pipelined kernel's last P V (its stage is still held)
+                    st["o"] = _add_pv(st["o"], *st["pending"], smem, kv_chunk, d, bn)
                 r0 = q0 + (wg - 1) * 64 + warp * 16 + (lane >> 2)
                 for r in range(2):
                     lsum = st["l"][r]
@@ -365,13 +380,15 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16):
     (2, 1, 1, 384, 64, False, 64),
     (1, 1, 1, 256, 128, True, 128),
 ])
-def test_wgmma_emulated_kernel_computes_attention(b, h, hkv, seq, d, causal, bn):
+@pytest.mark.parametrize("pipeline", [0, 1, 2])
+def test_wgmma_emulated_kernel_computes_attention(b, h, hkv, seq, d, causal, bn, pipeline):
     gen = torch.Generator().manual_seed(seq + d + bn)
     q = torch.randn(b, h, seq, d, generator=gen, dtype=torch.float64)
     k = torch.randn(b, hkv, seq, d, generator=gen, dtype=torch.float64)
     v = torch.randn(b, hkv, seq, d, generator=gen, dtype=torch.float64)
     scale = 1 / math.sqrt(d)
-    got = fa3_emulate(q.numpy(), k.numpy(), v.numpy(), causal, scale, bn, stages=2 if bn == 128 else 3)
+    got = fa3_emulate(q.numpy(), k.numpy(), v.numpy(), causal, scale, bn, stages=2 if bn == 128 else 3,
+                      pipeline=pipeline)
     kk, vv = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
     s = q @ kk.transpose(-1, -2) * scale
     if causal:
@@ -451,9 +468,10 @@ def _on_hopper() -> bool:
 @pytest.mark.parametrize("bn", [64, 128])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn):
+@pytest.mark.parametrize("pipeline", [0, 1, 2])
+def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn, pipeline):
     """The real sm_90a kernel (not the fallback: the launcher is spied on) against the spec's reference, causal and
-    not, GQA 4:2, S = 384 (three 128-row query blocks), in fp16 and bf16."""
+    not, GQA 4:2, S = 384 (three 128-row query blocks), in fp16 and bf16, under every WG_PIPELINE schedule."""
     from autokernel_ci.compare import compare
     from autokernel_ci.specs import get_spec
 
@@ -462,6 +480,7 @@ def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn
     real = FA._launch_wgmma
     monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
     monkeypatch.setitem(FA.CONFIG, "WG_BLOCK_N", bn)
+    monkeypatch.setitem(FA.CONFIG, "WG_PIPELINE", pipeline)
     monkeypatch.setattr(FA, "_launch_wgmma", lambda *a: ran.append(real(*a)) or ran[-1])
     gen = torch.Generator(device="cuda").manual_seed(5)
     for causal in (True, False):
@@ -525,13 +544,14 @@ def test_every_wgmma_search_space_point_fits_shared_memory():
 # ---- what nvcc makes of fa3 for sm_90a (the build the H200 runs) ----
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
 @pytest.mark.parametrize("bn", [128, 64])
-def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path, bn):
+@pytest.mark.parametrize("pipeline", [0, 1, 2])
+def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path, bn, pipeline):
     import re
     import subprocess
 
     from autokernel_ci import nvrtc
 
-    source, defines, names, arch = hopper_build(FA, WG_BLOCK_N=bn)
+    source, defines, names, arch = hopper_build(FA, WG_BLOCK_N=bn, WG_PIPELINE=pipeline)
     assert arch == "sm_90a" and defines["HEAD_DIM"] == 128
     cubin = tmp_path / "fa.cubin"
     result = nvrtc.compile_check(source, arch, defines=defines, source_name="flash_attention.cu", ptxas_verbose=True,
@@ -546,10 +566,14 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
         pytest.skip("cuobjdump not found")
     sass = subprocess.run([cuobjdump_bin, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     body = sass.split("Function : flash_attention_wgmma_bf16")[1].split("Function :")[0]
+    copies = 1 if pipeline == 0 else 2  # the pipelined loop peels block 0's S = Q K^T and the last block's P V
     # S = Q K^T: both operands from shared memory (descriptors), N = BN
-    assert len(re.findall(rf"HGMMA\.64x{bn}x16\.F32\.BF16 R\d+, gdesc\[UR\d+\]", body)) == 128 // 16
+    assert len(re.findall(rf"HGMMA\.64x{bn}x16\.F32\.BF16 R\d+, gdesc\[UR\d+\]", body)) == copies * 128 // 16
     # O += P V: A = P from registers, B = V through the transpose bit, N = D
-    assert len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", body)) == bn // 16
+    assert len(re.findall(r"HGMMA\.64x128x16\.F32\.BF16 R\d+, R\d+, gdesc\[UR\d+\]\.tnspB", body)) == copies * bn // 16
+    # Overlap: a wait that leaves one group (P V) in flight; ping-pong: the named-barrier turns.
+    assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (pipeline >= 1)
+    assert ("BAR.ARV" in body) == (pipeline == 2)
     assert body.count("UTMALDG.2D") == 6 and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
 
 
