@@ -127,9 +127,12 @@ template <typename Frag>
 __device__ __forceinline__ void split_tf32(Frag& hi, Frag& lo) {
 #pragma unroll
     for (int t = 0; t < hi.num_elements; ++t) {
-        const float x = hi.x[t];
-        hi.x[t] = tf32_round(x);
-        lo.x[t] = tf32_round(x - hi.x[t]);
+        const float x = hi.x[t], h = tf32_round(x);
+        // inf - inf would make lo NaN (x = +-inf, or within 2^-11 of FLT_MAX where h rounds up to inf): there hi
+        // keeps x (the tensor core reads its top 10 mantissa bits) and lo is 0, so inf stays inf as in fp32.
+        const bool finite = fabsf(h) < INFINITY;
+        hi.x[t] = finite ? h : x;
+        lo.x[t] = finite ? tf32_round(x - h) : 0.f;
     }
 }
 

@@ -33,7 +33,8 @@
 #          fp16 on the GPT-2 shapes for layernorm, rmsnorm, rotary, reduce.
 #   second2: the search agent at fp16 on the GPT-2 shapes for the five types verify3 did not run.
 #   pipeline: the CUDA wgmma flash attention's WG_PIPELINE schedules checked on every set, timed; their GPU tests.
-#   pipeline2: the CUDA attention's new default: its GPU tests, `verify`, the schedules timed in fp16.
+#   pipeline2: the CUDA attention's new default and WG_PIN: GPU tests, `verify`, checked on every set in bf16 and
+#          fp16 and timed.
 #   aftereffect: benchmarks/profiler_aftereffect.py (harness timings before / after a profiler session).
 #   descriptors: the tensor-descriptor (TMA) variants of matmul / fused_mlp / flash attention checked on
 #          every shape set and timed (bf16; matmul also fp16 on the GPT-2 shape), the reduce CONFIG
@@ -216,13 +217,17 @@ case "${1:-check}" in
     step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
       tests/kernels/test_cuda_flash_layout.py -k gpu
     ;;
-  pipeline2)  # the new CUDA attention default (WG_PIPELINE 2, 3 stages): GPU tests, `verify`, fp16 timing
+  pipeline2)  # the new CUDA attention default (WG_PIPELINE 2, 3 stages) and WG_PIN: GPU tests, `verify`, every set
+    # checked in bf16 and fp16 and timed
     step 120 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
       tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py -k "gpu and (flash or stress)"
     step 100 verify_cuda_flash_attention python3 -m autokernel_ci verify kernels/cuda/flash_attention.py --device cuda \
       --json "$out/verify_cuda_flash_attention.json"
-    step 100 variants_fp16 python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
-      --variants benchmarks/variants/cuda_flash_attention_pipeline.json --dtype fp16 --sets llama7b --out "$out/fp16"
+    for dtype in bf16 fp16; do
+      step 120 "variants_pin_$dtype" python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+        --variants benchmarks/variants/cuda_flash_attention_pin.json --dtype "$dtype" \
+        --sets cpu,edge,odd,gpt2,llama7b --out "$out/pin_$dtype"
+    done
     ;;
   aftereffect)  # does verification's profiler session slow the timings after it? (see the script's docstring)
     step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"

@@ -167,11 +167,15 @@ _LIBRARY_NAMESPACES = ("at::", "c10::", "at_cuda_detail::", "cub::", "cutlass::"
 
 
 def own_kernel_event(event_name: str, kernel_names: Sequence[str]) -> bool:
-    """Whether a profiler kernel event is one of the candidate's kernels (not a library kernel that shares a
-    name fragment)."""
-    if event_name.removeprefix("void ").startswith(_LIBRARY_NAMESPACES):
+    """Whether a profiler kernel event is one of the candidate's kernels: its identifier (after `void ` and any
+    namespace, before template arguments or parameters) starts with one of the candidate's names, and it is not in
+    a library namespace. A name fragment inside another identifier (cuBLAS's `splitKreduce_kernel` for `reduce_`)
+    does not count."""
+    name = event_name.removeprefix("void ")
+    if name.startswith(_LIBRARY_NAMESPACES):
         return False
-    return any(k in event_name for k in kernel_names)
+    ident = name.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1].strip()
+    return any(ident.startswith(k) for k in kernel_names)
 
 
 @contextmanager

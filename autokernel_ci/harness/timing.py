@@ -48,7 +48,6 @@ PLANS = {
 }
 
 _flush_buffers: dict[str, torch.Tensor] = {}
-_spin_cycles: dict[str, int] = {}  # device -> torch.cuda._sleep cycles for LEAD_US on it
 
 
 def _flush_l2(device: torch.device) -> None:
@@ -59,20 +58,17 @@ def _flush_l2(device: torch.device) -> None:
     buf.zero_()
 
 
-def _lead(device: torch.device) -> None:
-    """Keep the GPU busy for ~LEAD_US so the host can queue the next call before the GPU reaches it."""
-    key = str(device)
-    cycles = _spin_cycles.get(key)
-    if cycles is None:  # calibrate once: the SM clock varies by GPU and power state
-        probe = 1_000_000
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        torch.cuda._sleep(probe)  # first call loads the kernel
-        start.record()
-        torch.cuda._sleep(probe)
-        end.record()
-        end.synchronize()
-        cycles = _spin_cycles[key] = max(1, int(probe * LEAD_US / max(start.elapsed_time(end) * 1000.0, 1.0)))
-    torch.cuda._sleep(cycles)
+def _lead_cycles() -> int:
+    """torch.cuda._sleep cycles that last ~LEAD_US on the current device now. Measured per timing loop, after the
+    warm-up calls: a count taken once at a low SM clock would shrink the lead at boost clock."""
+    probe = 1_000_000
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    torch.cuda._sleep(probe)  # the first call loads the kernel
+    start.record()
+    torch.cuda._sleep(probe)
+    end.record()
+    end.synchronize()
+    return max(1, int(probe * LEAD_US / max(start.elapsed_time(end) * 1000.0, 1.0)))
 
 
 def summarize(samples_us: list[float]) -> Timing:
@@ -128,19 +124,21 @@ def _rotation(names: list[str], i: int) -> list[str]:
 
 
 def _time_cuda(fns, names, device, samples: int, lead: bool = True) -> dict[str, Timing]:
-    events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
-                  for _ in range(samples)] for n in names}
-    torch.cuda.synchronize(device)
-    for i in range(samples):
-        for name in _rotation(names, i):
-            _flush_l2(device)
-            if lead:
-                _lead(device)
-            start, end = events[name][i]
-            start.record()
-            fns[name]()
-            end.record()
-    torch.cuda.synchronize(device)
+    with torch.cuda.device(device):  # events, the spin and the flush on the device being timed
+        cycles = _lead_cycles() if lead else 0
+        events = {n: [(torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True))
+                      for _ in range(samples)] for n in names}
+        torch.cuda.synchronize(device)
+        for i in range(samples):
+            for name in _rotation(names, i):
+                _flush_l2(device)
+                if cycles:
+                    torch.cuda._sleep(cycles)
+                start, end = events[name][i]
+                start.record()
+                fns[name]()
+                end.record()
+        torch.cuda.synchronize(device)
     return {n: summarize([s.elapsed_time(e) * 1000.0 for s, e in events[n]]) for n in names}
 
 

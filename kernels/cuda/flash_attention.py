@@ -44,17 +44,19 @@ BACKEND = "cuda"
 # for fp16 / bf16, D in {64, 128}, S % 128 == 0, contiguous q, k, v (after the dtype cast), sm_scale > 0 on an sm_90
 # device with cuda.bindings (tensor maps); anything else takes "mma" (fp32 the WMMA kernel). WG_BLOCK_N: keys a
 # stage (64 or 128); WG_STAGES: K/V ring depth, clamped to what fits 227 KiB (3 at D=128, BN=128: 226 KiB).
-# WG_PIPELINE: 0 serial, 1 overlap of a block's Q K^T + softmax with the previous block's P V, 2 that plus ping-pong
-# turns of the two consumer warpgroups. Measured on the H200 (bf16, 2x32x4096x128, causal / not causal / GQA, SDPA
-# in the same process; round `pipeline`, every point correct on every shape set): 2 with 3 stages 529.7 / 952.2 /
-# 516.2 us (0.93 / 0.96 / 1.01x SDPA), the serial 2-stage kernel 534.1 / 1,030.6 / 570.5 us, 1 with 3 stages
-# 534.3 / 997.7 / 557.1 us; with 2 stages the overlap is slower (643-707 / 1,130-1,231 us: the ring holds the two
-# blocks in flight and the next load waits). Earlier: "mma" 1,276 / 2,434 / 1,308 us; fp16 passes all sets too.
+# WG_PIPELINE: 0 serial, 1 a block's Q K^T in flight with the previous block's P V (its softmax too only with
+# WG_PIN 1: see fa3), 2 that plus ping-pong turns of the two consumer warpgroups. Measured on the H200 (bf16,
+# 2x32x4096x128, causal / not causal / GQA, SDPA in the same process; round `pipeline`, every point correct on every
+# shape set): 2 with 3 stages 529.7 / 952.2 / 516.2 us (0.93 / 0.96 / 1.01x SDPA), the serial 2-stage kernel
+# 534.1 / 1,030.6 / 570.5 us, 1 with 3 stages 534.3 / 997.7 / 557.1 us; with 2 stages the overlap is slower
+# (643-707 / 1,130-1,231 us: the ring holds the two blocks in flight and the next load waits). Earlier: "mma"
+# 1,276 / 2,434 / 1,308 us; fp16 passes all sets too. WG_PIN 1 (with WG_PIPELINE >= 1) keeps the softmax before the
+# P V wait in SASS (see fa3); not timed yet.
 CONFIG = {"VARIANT": "wgmma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOCK_N": 128, "WG_STAGES": 3,
-          "WG_PIPELINE": 2}
+          "WG_PIPELINE": 2, "WG_PIN": 0}
 SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],
                 "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4],
-                "WG_PIPELINE": [0, 1, 2]}
+                "WG_PIPELINE": [0, 1, 2], "WG_PIN": [0, 1]}
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128
@@ -323,8 +325,9 @@ FA2_KERNEL(bf16, __nv_bfloat16)
 
 // ================= VARIANT "wgmma": FA3-style forward for Hopper (sm_90a): TMA + mbarrier ring + wgmma ==========
 // Defines: HEAD_DIM (64 or 128), WG_BLOCK_N (keys a stage: 64 or 128), WG_STAGES (K/V ring depth), WG_PIPELINE (0:
-// each block's GEMMs and softmax in turn; 1: a block's Q K^T and the previous block's P V in flight together, the
-// softmax under P V; 2: 1 plus ping-pong, the two consumer warpgroups taking turns on the tensor cores).
+// each block's GEMMs and softmax in turn; 1: a block's Q K^T and the previous block's P V in flight together (the
+// softmax under P V with WG_PIN 1); 2: 1 plus ping-pong, the two consumer warpgroups taking turns on the tensor
+// cores), WG_PIN (1: keep the softmax before the P V wait, see the consumer loop).
 // One block = 128 query rows of one (batch, head), 384 threads = 3 warpgroups (as matmul's Part 3):
 //   warpgroup 0, producer (setmaxnreg.dec 40): one thread TMA-loads the Q tile once (barrier q_full), then the K and V
 //     tiles of every key block into a WG_STAGES ring (full[s]: one arrive.expect_tx of both tiles' bytes; empty[s]:
@@ -528,7 +531,7 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
         const int my_blocks = causal && WG_PIPELINE != 2 ? min(nblocks, (row_base + 63) / BN + 1) : nblocks;
 #if WG_PIPELINE >= 1
         // FA3's intra-warpgroup overlap: block j's S = Q K^T and block j - 1's O += P V are in flight together, and
-        // block j's softmax runs while P V still occupies the tensor cores.
+        // block j's softmax is placed before the wait for P V (in SASS only with WG_PIN 1, see below).
         if (WG_PIPELINE == 2 && wg == 2) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 1 first
         my_turn();
         issue_s(0);
@@ -545,10 +548,13 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
             wg_wait<1>();  // groups complete in order: S of block j is done, P V of block j - 1 may still run
             wg_fence_acc(sc);
             softmax(j);
-            // Pin the softmax before the wait: plain register math may otherwise be sunk below it.
+            // Pin the softmax before the wait: plain register math may otherwise be sunk below it. The fences alone
+            // do not do it (ptxas 13.0 still schedules every exponential after the wait); WG_PIN 1 ends the softmax
+            // with a branch that is never taken (alpha >= 0), which keeps its 66 MUFU.EX2 before the wait in SASS.
             wg_fence_acc(sc);
             wg_fence_acc(alpha);
             wg_fence_acc(l_row);
+            if (WG_PIN && alpha[0] < 0.f) asm volatile("nanosleep.u32 0;\n" ::: "memory");
             wg_wait<0>();
             pv_done();
             rescale();
@@ -829,7 +835,8 @@ def _wg_shared(head_dim):
 def _defines(head_dim):
     return {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
             "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES, "WG_BLOCK_N": CONFIG["WG_BLOCK_N"],
-            "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"]}
+            "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"],
+            "WG_PIN": CONFIG["WG_PIN"]}
 
 
 def cuda_builds():

@@ -191,6 +191,7 @@ def test_every_integer_scratch_buffer_is_poisoned_with_a_value_its_dtype_holds(d
     ("void (anonymous namespace)::reduce_softmax<float>(float*)", False),
     ("void at_cuda_detail::cub::DeviceReduceKernel<reduce_>(int)", False),
     ("ampere_bf16_s16816gemm_bf16_128x128", False),  # cuBLAS: shares no name
+    ("void splitKreduce_kernel<32, 16, int, float>(cublasSplitKParams<float>)", False),  # fragment mid-identifier
 ])
 def test_kernel_ran_counts_only_the_candidates_own_kernels(event, expected):
     """A macro-pasted name ('reduce_', '_sum') must not match PyTorch's kernels launched in the same window."""

@@ -468,8 +468,8 @@ def _on_hopper() -> bool:
 @pytest.mark.parametrize("bn", [64, 128])
 @pytest.mark.parametrize("d", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
-@pytest.mark.parametrize("pipeline", [0, 1, 2])
-def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn, pipeline):
+@pytest.mark.parametrize(("pipeline", "pin"), [(0, 0), (1, 0), (2, 0), (1, 1), (2, 1)])
+def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn, pipeline, pin):
     """The real sm_90a kernel (not the fallback: the launcher is spied on) against the spec's reference, causal and
     not, GQA 4:2, S = 384 (three 128-row query blocks), in fp16 and bf16, under every WG_PIPELINE schedule."""
     from autokernel_ci.compare import compare
@@ -481,6 +481,7 @@ def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn
     monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
     monkeypatch.setitem(FA.CONFIG, "WG_BLOCK_N", bn)
     monkeypatch.setitem(FA.CONFIG, "WG_PIPELINE", pipeline)
+    monkeypatch.setitem(FA.CONFIG, "WG_PIN", pin)
     monkeypatch.setattr(FA, "_launch_wgmma", lambda *a: ran.append(real(*a)) or ran[-1])
     gen = torch.Generator(device="cuda").manual_seed(5)
     for causal in (True, False):
@@ -575,6 +576,27 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
     assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (pipeline >= 1)
     assert ("BAR.ARV" in body) == (pipeline == 2)
     assert body.count("UTMALDG.2D") == 6 and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize("pipeline", [1, 2])
+def test_wg_pin_keeps_the_softmax_exponentials_before_the_pv_wait(tmp_path, pipeline):
+    """WG_PIN 1: in the loop's SASS the softmax's MUFU.EX2 sit between the wait that leaves P V in flight (LE 1) and
+    the wait for it (LE 0), so they overlap P V. (Without the pin nvcc 13.0 put all of them after the second wait.)"""
+    import subprocess
+
+    from autokernel_ci import nvrtc
+
+    source, defines, _, arch = hopper_build(FA, WG_PIPELINE=pipeline, WG_PIN=1)
+    cubin = tmp_path / "fa.cubin"
+    nvrtc.compile_check(source, arch, defines=defines, source_name="flash_attention.cu", keep_cubin=cubin)
+    cuobjdump_bin = cuobjdump()
+    if cuobjdump_bin is None:
+        pytest.skip("cuobjdump not found")
+    sass = subprocess.run([cuobjdump_bin, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+    body = sass.split("Function : flash_attention_wgmma_bf16")[1].split("Function :")[0]
+    between = body.split("WARPGROUP.DEPBAR.LE gsb0, 0x1")[1].split("WARPGROUP.DEPBAR.LE gsb0, 0x0")[0]
+    assert between.count("MUFU.EX2") >= defines["WG_BLOCK_N"] // 2  # one exponential per score a thread holds
 
 
 def test_batch_times_heads_past_the_grid_limit_is_refused_with_the_fix():
