@@ -11,9 +11,10 @@ import hashlib
 import itertools
 import pprint
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 from typing import Any
 
 from autokernel_ci.specs import KERNEL_TYPES, get_spec
@@ -61,6 +62,39 @@ _CUDA_KERNEL = re.compile(r"__global__\s+(?:__launch_bounds__\s*\([^)]*\)\s*)?vo
 def cuda_kernel_names(source: str) -> list[str]:
     """Names (or, for macro-pasted names, the literal prefix) of the __global__ kernels in `source`."""
     return list(dict.fromkeys(_CUDA_KERNEL.findall(source)))
+
+
+def own_kernel_names(module: ModuleType, source: str) -> tuple[str, ...]:
+    """The device kernels a kernel file defines: its Triton jit functions (unwrapped from autotune / heuristics
+    wrappers; their names are the GPU kernel names) and the __global__ kernels of its CUDA source."""
+    names = []
+    for value in vars(module).values():
+        if not type(value).__module__.startswith("triton"):
+            continue
+        obj = value
+        while hasattr(obj, "fn"):  # Autotuner -> JITFunction -> the Python function
+            obj = obj.fn
+        if hasattr(obj, "__name__"):
+            names.append(obj.__name__)
+    return tuple(dict.fromkeys([*names, *cuda_kernel_names(source)]))
+
+
+# Kernels of PyTorch and its libraries, by the namespace their profiler names start with: a candidate's name may be
+# a bare prefix pasted by macros ("reduce_"), and aten's at::native::reduce_kernel (which the harness's own input
+# check launches inside the watched window) starts with it too.
+_LIBRARY_NAMESPACES = ("at::", "c10::", "at_cuda_detail::", "cub::", "cutlass::", "(anonymous namespace)::")
+
+
+def own_kernel_event(event_name: str, kernel_names: Sequence[str]) -> bool:
+    """Whether a profiler kernel event is one of a kernel file's own kernels (`own_kernel_names`): its identifier
+    (after `void ` and any namespace, before template arguments or parameters) starts with one of the names, and it
+    is not in a library namespace. A name fragment inside another identifier (cuBLAS's `splitKreduce_kernel` for
+    `reduce_`) does not count."""
+    name = event_name.removeprefix("void ")
+    if name.startswith(_LIBRARY_NAMESPACES):
+        return False
+    ident = name.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1].strip()
+    return any(ident.startswith(k) for k in kernel_names)
 
 
 def source_hash(source: str) -> str:

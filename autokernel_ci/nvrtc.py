@@ -855,21 +855,9 @@ def tensor_maps_unusable() -> str | None:
     return _driver_bindings_missing()
 
 
-def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> torch.Tensor:
-    """A TMA descriptor (the driver's 128-byte CUtensorMap, cuTensorMapEncodeTiled) for the 2-D CUDA tensor t, in
-    device memory: pass the returned uint8 tensor as a kernel argument (a pointer; in the kernel it is the global
-    address cp.async.bulk.tensor takes, after `fence.proxy.tensormap::generic.acquire.gpu [map], 128`).
-
-    box = (rows, cols) of the tile one copy moves; swizzle = 0, 32, 64 or 128: the shared-memory swizzle, whose
-    span bounds a box row (cols * element size <= swizzle bytes). Elements outside t arrive as zeros. t's rows
-    must be unit-stride with a 16-byte aligned base and row stride (TMA's rules); else TensorMapError.
-
-    Cached by everything the map encodes (device, address, shape, row stride, dtype, box, swizzle), so a repeated
-    call costs a dict lookup: no encode, no copy. A new map goes to the device by a 128-byte copy on torch's
-    current stream (ordered before the kernel that reads it; no device-wide sync); a later caller on another
-    stream waits for that copy and marks the bytes used by its stream, so eviction cannot recycle them under its
-    kernels. 64-byte aligned, as the driver requires. Refused during CUDA graph capture (the caller falls back).
-    """
+def tensor_map_layout(t: torch.Tensor, box: Sequence[int], swizzle: int) -> tuple[int, int, int, int, int]:
+    """TMA's rules for a 2-D map of t (any device): (rows, cols, row stride in bytes, box rows, box cols), or
+    TensorMapError naming the rule t breaks. The CPU tests' stand-in maps apply the same rules through it."""
     if t.dim() != 2:
         raise TensorMapError(f"tensor maps are built here for 2-D tensors, got shape {tuple(t.shape)}: view it as rows")
     if t.dtype not in _TMA_DTYPES:
@@ -888,6 +876,25 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
         raise TensorMapError(f"box row of {box_cols * es} bytes does not suit swizzle {swizzle}")
     if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
         raise TensorMapError(f"box {box_rows} x {box_cols}: each side 1..256")
+    return rows, cols, stride, box_rows, box_cols
+
+
+def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> torch.Tensor:
+    """A TMA descriptor (the driver's 128-byte CUtensorMap, cuTensorMapEncodeTiled) for the 2-D CUDA tensor t, in
+    device memory: pass the returned uint8 tensor as a kernel argument (a pointer; in the kernel it is the global
+    address cp.async.bulk.tensor takes, after `fence.proxy.tensormap::generic.acquire.gpu [map], 128`).
+
+    box = (rows, cols) of the tile one copy moves; swizzle = 0, 32, 64 or 128: the shared-memory swizzle, whose
+    span bounds a box row (cols * element size <= swizzle bytes). Elements outside t arrive as zeros. t's rows
+    must be unit-stride with a 16-byte aligned base and row stride (TMA's rules); else TensorMapError.
+
+    Cached by everything the map encodes (device, address, shape, row stride, dtype, box, swizzle), so a repeated
+    call costs a dict lookup: no encode, no copy. A new map goes to the device by a 128-byte copy on torch's
+    current stream (ordered before the kernel that reads it; no device-wide sync); a later caller on another
+    stream waits for that copy and marks the bytes used by its stream, so eviction cannot recycle them under its
+    kernels. 64-byte aligned, as the driver requires. Refused during CUDA graph capture (the caller falls back).
+    """
+    rows, cols, stride, box_rows, box_cols = tensor_map_layout(t, box, swizzle)
     if t.device.type != "cuda":
         raise TensorMapError(f"tensor maps describe CUDA memory, got a tensor on {t.device}")
     why = tensor_maps_unusable()

@@ -85,7 +85,7 @@ def test_cuda_kernel_names_sees_bounds_on_either_side_of_void_and_pasted_names(s
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
 def test_every_cuda_starter_kernel_is_named_where_the_harness_looks_for_it(kernel_type: str) -> None:
-    """The smoke stage's kernel_ran check looks for these names in the profiler's kernel events (substring):
+    """The smoke stage's kernel_ran check looks for these names in the profiler's kernel events (own_kernel_event):
     every kernel a CUDA starter can launch must contain one of them, and `__launch_bounds__` is not a name."""
     import importlib.util
 
@@ -97,4 +97,54 @@ def test_every_cuda_starter_kernel_is_named_where_the_harness_looks_for_it(kerne
     assert found and "__launch_bounds__" not in found
     for build in module.cuda_builds():
         for name in build[2]:
-            assert any(own in name for own in found), f"{kernel_type}: launched kernel {name} not matched by {found}"
+            assert kernelfile.own_kernel_event(name, found), f"{kernel_type}: kernel {name} not matched by {found}"
+
+
+@pytest.mark.parametrize(("event", "expected"), [
+    ("reduce_bf16_n", True),  # extern "C" CUDA kernel
+    ("_sum_multirow", True),  # Triton kernel
+    ("void my_ns::reduce_tile<128>(float*, int)", True),  # a candidate's own templated kernel
+    ("void at::native::reduce_kernel<512, 1, at::native::ReduceOp<bool> >(at::native::ReduceOp<bool>)", False),
+    ("void at::native::vectorized_elementwise_kernel<4, at::native::FillFunctor<float> >(int)", False),
+    ("void (anonymous namespace)::reduce_softmax<float>(float*)", False),
+    ("void at_cuda_detail::cub::DeviceReduceKernel<reduce_>(int)", False),
+    ("ampere_bf16_s16816gemm_bf16_128x128", False),  # cuBLAS: shares no name
+    ("void splitKreduce_kernel<32, 16, int, float>(cublasSplitKParams<float>)", False),  # fragment mid-identifier
+])
+def test_own_kernel_event_counts_only_the_files_own_kernels(event, expected):
+    """A macro-pasted name ('reduce_') must not match PyTorch's or cuBLAS's kernels (the harness's kernel_ran and the
+    end-to-end engagement check both ask this)."""
+    assert kernelfile.own_kernel_event(event, ("reduce_", "_sum_multirow", "reduce_tile")) is expected
+
+
+def test_own_kernel_names_unwraps_autotuned_and_heuristics_kernels(tmp_path):
+    """The harness's own copy of this walk kept only bare JITFunctions: an @triton.autotune kernel had no name, so
+    kernel_ran would have rejected an honest autotuned candidate."""
+    import importlib.util
+
+    path = tmp_path / "autotuned.py"
+    path.write_text(textwrap.dedent('''\
+        import triton
+        import triton.language as tl
+
+        @triton.autotune(configs=[triton.Config({"BLOCK": 64})], key=["n"])
+        @triton.jit
+        def _tuned(x_ptr, n, BLOCK: tl.constexpr):
+            pass
+
+        @triton.heuristics({"BLOCK": lambda args: 64})
+        @triton.jit
+        def _guessed(x_ptr, n, BLOCK: tl.constexpr):
+            pass
+
+        @triton.jit
+        def _plain(x_ptr):
+            pass
+
+        CONFIG = triton.Config({"BLOCK": 32})  # a triton object that is no kernel
+    '''))
+    spec = importlib.util.spec_from_file_location("_autotuned_names", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    source = 'extern "C" __global__ void __launch_bounds__(256) extra_kernel(float* y) {}'
+    assert kernelfile.own_kernel_names(module, source) == ("_tuned", "_guessed", "_plain", "extra_kernel")

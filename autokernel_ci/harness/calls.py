@@ -19,6 +19,7 @@ from typing import Any
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
+from autokernel_ci import kernelfile
 from autokernel_ci.harness.results import CheckFailure
 
 # Private references (taken before any candidate is imported; see guard.py).
@@ -30,6 +31,8 @@ _type = type
 POISON_NAN = float("nan")
 # Integers have no NaN: a value no index or count would hold.
 POISON_INT = -123456789
+# Factory ops whose result is uninitialised memory: these are the ones poisoned.
+_UNINITIALISED_FACTORIES = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
 
 
 def poison_int(dtype: torch.dtype) -> int | bool:
@@ -42,8 +45,8 @@ def poison_int(dtype: torch.dtype) -> int | bool:
     if info.min <= POISON_INT <= info.max:
         return POISON_INT
     return info.min if info.min < 0 else info.max
-# Factory ops whose result is uninitialised memory: these are the ones poisoned.
-_UNINITIALISED_FACTORIES = frozenset({"empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided"})
+
+
 # What the Triton CPU interpreter itself calls on the candidate's tensors to stage them through
 # numpy (measured on triton 3.6: copy_, empty, new_empty, set_, view): allowed only while interpreting.
 _INTERPRETER_ATEN = frozenset({"set_"})
@@ -159,25 +162,6 @@ def _common_allowed() -> frozenset[str]:
     return COMMON_ALLOWED_ATEN
 
 
-# Kernels of PyTorch and its libraries, by the namespace their profiler names start with. The harness's own
-# checks run inside the tracked window (torch.equal on the inputs launches at::native::reduce_kernel), and a
-# candidate's name may be a bare prefix pasted by macros ("reduce_"): seen on the H200, the CUDA reduce starter's
-# kernel_ran listed aten's reduce_kernel next to its own. Such events never count as the candidate's.
-_LIBRARY_NAMESPACES = ("at::", "c10::", "at_cuda_detail::", "cub::", "cutlass::", "(anonymous namespace)::")
-
-
-def own_kernel_event(event_name: str, kernel_names: Sequence[str]) -> bool:
-    """Whether a profiler kernel event is one of the candidate's kernels: its identifier (after `void ` and any
-    namespace, before template arguments or parameters) starts with one of the candidate's names, and it is not in
-    a library namespace. A name fragment inside another identifier (cuBLAS's `splitKreduce_kernel` for `reduce_`)
-    does not count."""
-    name = event_name.removeprefix("void ")
-    if name.startswith(_LIBRARY_NAMESPACES):
-        return False
-    ident = name.split("<", 1)[0].split("(", 1)[0].rsplit("::", 1)[-1].strip()
-    return any(ident.startswith(k) for k in kernel_names)
-
-
 @contextmanager
 def launch_tracker(module_name: str, kernel_names: Sequence[str], device: torch.device) -> Iterator[list[str]]:
     """Yield a list that fills with the candidate's own kernel launches made inside the block.
@@ -194,7 +178,7 @@ def launch_tracker(module_name: str, kernel_names: Sequence[str], device: torch.
             yield launches
             torch.cuda.synchronize()
         names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}
-        launches.extend(sorted(n for n in names if own_kernel_event(n, kernel_names)))
+        launches.extend(sorted(n for n in names if kernelfile.own_kernel_event(n, kernel_names)))
         return
     from triton.runtime.interpreter import GridExecutor
 

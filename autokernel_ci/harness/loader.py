@@ -44,16 +44,6 @@ class LoadFailure:
     kernel: kernelfile.KernelFile | None = None
 
 
-def own_kernel_names(module: ModuleType, source: str) -> tuple[str, ...]:
-    names = []
-    for name, value in vars(module).items():
-        cls = type(value)
-        if cls.__module__.startswith("triton.runtime") and cls.__name__ in ("JITFunction", "InterpretedFunction"):
-            names.append(getattr(value, "__name__", name))
-    names.extend(kernelfile.cuda_kernel_names(source))
-    return tuple(dict.fromkeys(names))
-
-
 def load_candidate(path: str | Path, *, device: str = "cpu") -> Candidate | LoadFailure:
     """Parse statically, then import under the tamper guard. Never raises for a bad candidate."""
     global _loaded
@@ -96,8 +86,8 @@ def load_candidate(path: str | Path, *, device: str = "cpu") -> Candidate | Load
     if not callable(fn):
         return LoadFailure(Status.INVALID, f"{path}: kernel_fn is not callable after import", check="contract",
                            kernel=kf)
-    return Candidate(path=path, kernel=kf, module=module, fn=fn, kernel_names=own_kernel_names(module, kf.source),
-                     snapshot=snap)
+    return Candidate(path=path, kernel=kf, module=module, fn=fn,
+                     kernel_names=kernelfile.own_kernel_names(module, kf.source), snapshot=snap)
 
 
 def unload(candidate: Candidate) -> None:

@@ -130,21 +130,6 @@ def import_kernel(path: str | Path) -> tuple[kernelfile.KernelFile, ModuleType]:
     return kf, module
 
 
-def own_kernel_names(module: ModuleType, source: str = "") -> tuple[str, ...]:
-    """Device kernels the file defines: Triton jit functions (their names appear as GPU kernel names) and the
-    CUDA kernels of its source (names, or the literal prefix of macro-pasted ones)."""
-    names = []
-    for value in vars(module).values():
-        if not type(value).__module__.startswith("triton"):
-            continue
-        obj = value
-        while hasattr(obj, "fn"):  # Autotuner -> JITFunction -> the Python function
-            obj = obj.fn
-        if hasattr(obj, "__name__"):
-            names.append(obj.__name__)
-    return tuple(sorted(set(names) | set(kernelfile.cuda_kernel_names(source))))
-
-
 def register_kernel(op_id: str, path: str | Path) -> KernelOp:
     kernel_type = kernel_type_of(op_id)
     kf, module = import_kernel(path)
@@ -154,7 +139,7 @@ def register_kernel(op_id: str, path: str | Path) -> KernelOp:
     name = op_name(op_id)
     _define(name, kernel_type)
     _IMPLS[name] = module.kernel_fn
-    return KernelOp(op_id, kernel_type, name, str(path), own_kernel_names(module, kf.source))
+    return KernelOp(op_id, kernel_type, name, str(path), kernelfile.own_kernel_names(module, kf.source))
 
 
 def register_kernels(kernels: Mapping[str, str | Path]) -> dict[str, KernelOp]:

@@ -28,6 +28,7 @@ from typing import Any
 import torch
 
 import autokernel_ci
+from autokernel_ci import kernelfile
 from autokernel_ci.harness.sandbox import scrubbed_env
 from autokernel_ci.plan import Plan
 from autokernel_ci.specs._tolerances import GEMM
@@ -61,7 +62,7 @@ class Engagement:
         if self.calls_eager <= 0:
             return False
         if self.gpu_kernels and self.own_kernels:  # GPU: one of our kernels must be what ran
-            return any(own in k for k in self.gpu_kernels for own in self.own_kernels)
+            return any(kernelfile.own_kernel_event(k, self.own_kernels) for k in self.gpu_kernels)
         return True
 
 

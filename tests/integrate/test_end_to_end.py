@@ -12,6 +12,7 @@ from standins import write_standins
 
 from autokernel_ci.integrate.end_to_end import (
     EndToEndResult,
+    Engagement,
     end_to_end,
     fresh_inputs,
     render_end_to_end,
@@ -113,3 +114,15 @@ def test_real_starter_kernels_in_tiny_llama(llama_plan):
     assert {k.split("-")[0] for k in kernels} >= {"rmsnorm", "fused_mlp", "rotary_embedding"}
     res = end_to_end(LLAMA, None, llama_plan, kernels, dtype="fp32", device="cpu", compile=False)
     assert res.status == "pass", render_end_to_end(res)
+
+
+@pytest.mark.parametrize(("gpu_kernels", "engaged"), [
+    (["reduce_bf16_n"], True),
+    (["void at::native::reduce_kernel<512, 1, at::native::ReduceOp<float> >(at::native::ReduceOp<float>)"], False),
+    (["void splitKreduce_kernel<32, 16, int, float>(cublasSplitKParams<float>)"], False),
+])
+def test_engagement_on_gpu_needs_the_files_own_kernel_not_a_library_namesake(gpu_kernels, engaged):
+    """The op was called; whether it counts depends on which kernel ran (the CUDA reduce's own name is 'reduce_')."""
+    e = Engagement(op_id="reduce-0", kernel_type="reduce", op_name="autokernel::reduce_0", calls_eager=1,
+                   gpu_kernels=gpu_kernels, own_kernels=["reduce_"])
+    assert e.engaged is engaged

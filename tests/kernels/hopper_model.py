@@ -13,6 +13,8 @@ from pathlib import Path
 
 import numpy as np
 
+from autokernel_ci import nvrtc
+
 
 def wg_desc(addr: int, lbo: int, sbo: int) -> int:  # the kernel's wg_desc
     return ((addr >> 4) & 0x3FFF) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (1 << 62)
@@ -86,3 +88,13 @@ def assert_registers_cover_setmaxnreg(ptxas_log: str, kernel: str, threads: int 
     used = next(int(m.group(1)) for line in lines[at:] if (m := re.search(r"Used (\d+) registers", line)))
     assert used * threads >= SETMAXNREG_POOL, (f"{kernel}: {used} registers x {threads} threads < {SETMAXNREG_POOL}: "
                                                "setmaxnreg.inc 232 would never be granted")
+
+
+class FakeTensorMap:
+    """What a kernel's tensor map reads, for CPU tests that replace nvrtc.tensor_map: t's own rows (bounds = t's
+    shape) in float64, after nvrtc's real TMA rules (alignment, unit-stride rows, box vs swizzle)."""
+
+    def __init__(self, t, box, swizzle=128):
+        nvrtc.tensor_map_layout(t, box, swizzle)
+        self.rows = t.double().numpy()
+        self.box, self.swizzle = tuple(box), swizzle

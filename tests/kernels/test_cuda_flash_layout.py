@@ -17,6 +17,7 @@ import numpy as np
 import pytest
 import torch
 from hopper_model import (
+    FakeTensorMap,
     assert_registers_cover_setmaxnreg,
     cuobjdump,
     hopper_build,
@@ -413,12 +414,6 @@ def test_wgmma_v_descriptor_reads_v_transposed_element_by_element(bn):
 FA = load_starter("flash_attention", "cuda", "_cuda_flash_layout")
 
 
-class _FakeMap:
-    def __init__(self, t, box, swizzle):
-        assert t.dim() == 2 and t.is_contiguous() and swizzle == 128 and box[1] * t.element_size() == 128
-        self.rows, self.box = t.double().numpy(), tuple(box)
-
-
 def _fake_launch(kernel, grid, block, args, shared_mem=0):
     assert kernel.startswith("flash_attention_wgmma_"), kernel
     out, map_q, map_k, map_v = args[:4]
@@ -429,6 +424,7 @@ def _fake_launch(kernel, grid, block, args, shared_mem=0):
     assert tuple(grid) == (seq // 128, bsz * heads) and tuple(block) == (384,)
     assert shared_mem == FA._wg_shared(d) <= 227 * 1024
     assert map_q.box == (128, 64) and map_k.box == map_v.box == (bn, 64)
+    assert map_q.swizzle == map_k.swizzle == map_v.swizzle == 128
     assert map_q.rows.shape == (bsz * heads * seq, d) and map_k.rows.shape == (bsz * kv_heads * seq, d)
     got = fa3_emulate(map_q.rows.reshape(bsz, heads, seq, d), map_k.rows.reshape(bsz, kv_heads, seq, d),
                       map_v.rows.reshape(bsz, kv_heads, seq, d), bool(causal), scale_log2 / math.log2(math.e), bn,
@@ -444,7 +440,7 @@ def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, dtype, bn):
     monkeypatch.setattr(FA, "_wgmma_arch", lambda device: "sm_90a")
     monkeypatch.setattr(FA.nvrtc, "compile_kernel", lambda src, name, defines=None, arch=None, source_name=None:
                         (arch == "sm_90a" or pytest.fail(arch)) and name)
-    monkeypatch.setattr(FA.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
+    monkeypatch.setattr(FA.nvrtc, "tensor_map", FakeTensorMap)
     monkeypatch.setattr(FA.nvrtc, "launch", _fake_launch)
     gen = torch.Generator().manual_seed(3)
     q = torch.randn(1, 4, 256, 64, generator=gen).to(dtype)
@@ -503,7 +499,7 @@ def test_wgmma_falls_back_to_mma_where_it_cannot_run(monkeypatch):
     FA.kernel_fn(q, q, q, True, 0.125)  # a CPU tensor: no sm_90 device
     assert launched == ["flash_attention_mma_bf16"]
     monkeypatch.setattr(FA, "_wgmma_arch", lambda device: "sm_90a")
-    monkeypatch.setattr(FA.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
+    monkeypatch.setattr(FA.nvrtc, "tensor_map", FakeTensorMap)
     cases = [
         (torch.ones(1, 2, 100, 64, dtype=torch.bfloat16),) * 3,  # ragged S
         (torch.ones(1, 2, 128, 32, dtype=torch.float16),) * 3,  # D = 32

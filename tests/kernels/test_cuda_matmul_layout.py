@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 import torch
 from hopper_model import (
+    FakeTensorMap,
     assert_registers_cover_setmaxnreg,
     cuobjdump,
     hopper_build,
@@ -528,16 +529,6 @@ def test_every_wgmma_search_space_point_fits_shared_memory():
 
 
 # ---- the wgmma launcher on CPU tensors: tensor maps recorded, the kernel replaced by the emulation above ----
-class _FakeMap:
-    def __init__(self, t, box, swizzle):
-        rows, cols = t.shape
-        assert t.data_ptr() % 16 == 0 and (cols == 1 or t.stride(1) == 1), "TMA needs 16-byte aligned unit-stride rows"
-        assert rows == 1 or (t.stride(0) * t.element_size()) % 16 == 0, "TMA needs 16-byte row strides"
-        assert swizzle == 128 and box[1] * t.element_size() == 128
-        self.rows = t.double().numpy()  # what the map reads: t's own rows, bounds = t's shape
-        self.box = tuple(box)
-
-
 def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     assert kernel.startswith("matmul_wgmma_"), kernel
     kmajor = kernel.endswith("_nt")
@@ -546,7 +537,7 @@ def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     bm, bn = MODULE._wg_tile()
     assert tuple(grid) == (-(-m // bm) * -(-n // bn),) and tuple(block) == (384,)
     assert shared_mem == MODULE._wg_shared() <= 227 * 1024
-    assert map_a.box == (bm, 64) and map_a.rows.shape == (m, k)
+    assert map_a.box == (bm, 64) and map_a.rows.shape == (m, k) and map_a.swizzle == map_b.swizzle == 128
     assert map_b.box == ((bn, 64) if kmajor else (64, 64))
     assert map_b.rows.shape == ((n, k) if kmajor else (k, n))
     tile = WgTile(MODULE.CONFIG["WG_TILE"], kmajor, MODULE._wg_stages(), MODULE.CONFIG["GROUP_M"])
@@ -562,7 +553,7 @@ def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_
     monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
     monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: (arch == "sm_90a" or pytest.fail(arch))
                         and name)
-    monkeypatch.setattr(MODULE.nvrtc, "tensor_map", lambda t, box, swizzle=128: _FakeMap(t, box, swizzle))
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_map", FakeTensorMap)
     monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: None)  # no bindings needed
     monkeypatch.setattr(MODULE.nvrtc, "launch", _fake_wgmma_launch)
     m, k, n = shape
