@@ -201,6 +201,34 @@ __device__ __forceinline__ void tma_load_2d(unsigned dst, const void* map, unsig
         "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes [%0], [%1, {%2, %3}], [%4];\n"
         ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar) : "memory");
 }
+// The same box, written at the same shared-memory offset of every CTA of the cluster whose bit is set in cta_mask, each
+// copy signalling the mbarrier at offset `bar` of its own CTA (so each CTA's barrier counts the bytes it receives).
+__device__ __forceinline__ void tma_load_2d_multicast(unsigned dst, const void* map, unsigned bar, int c0, int c1,
+                                                      unsigned short cta_mask) {
+    asm volatile(
+        "cp.async.bulk.tensor.2d.shared::cluster.global.tile.mbarrier::complete_tx::bytes.multicast::cluster"
+        " [%0], [%1, {%2, %3}], [%4], %5;\n"
+        ::"r"(dst), "l"(map), "r"(c0), "r"(c1), "r"(bar), "h"(cta_mask) : "memory");
+}
+// Thread-block clusters: this CTA's rank, an arrival on the mbarrier at the same offset in CTA `cta` of the cluster,
+// and a barrier over every thread of every CTA of the cluster (release / acquire: shared-memory writes before it,
+// mbarrier inits included, are visible to the other CTAs after it).
+__device__ __forceinline__ unsigned cluster_ctarank() {
+    unsigned rank;
+    asm volatile("mov.u32 %0, %%cluster_ctarank;\n" : "=r"(rank));
+    return rank;
+}
+// The arrival is .release at CTA scope (the default), not .release.cluster: it publishes no data (the arriving warp
+// only read the stage, and its wgmma.wait_group has retired those reads), and a cluster-scope release is a memory
+// barrier each time (ncu on the H200: 8.2 cycles of membar stall an instruction, the clustered GEMM 45% slower).
+__device__ __forceinline__ void mbar_arrive_cluster(unsigned bar, unsigned cta) {
+    asm volatile("{\n.reg .b32 remote;\nmapa.shared::cluster.u32 remote, %0, %1;\n"
+                 "mbarrier.arrive.shared::cluster.b64 _, [remote];\n}\n"
+                 ::"r"(bar), "r"(cta) : "memory");
+}
+__device__ __forceinline__ void cluster_sync() {
+    asm volatile("barrier.cluster.arrive.release;\nbarrier.cluster.wait.acquire;\n" ::: "memory");
+}
 // The maps were written by a host-to-device copy (generic proxy); TMA reads them through the tensormap proxy.
 __device__ __forceinline__ void tensormap_acquire(const void* map) {
     asm volatile("fence.proxy.tensormap::generic.acquire.gpu [%0], 128;\n" ::"l"(map) : "memory");
@@ -313,6 +341,7 @@ blocks: `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`),
 `cp_async_wait<N>()`, `ldsm_x4` / `ldsm_x4_trans` (ldmatrix .x4) and `mma16816<T>(c, a, b0, b1)`
 (mma.sync m16n8k16, fp32 accumulate). On the arch-specific sm_90a target only (`__CUDA_ARCH_FEAT_SM90_ALL`):
 the Hopper blocks `mbar_init` / `mbar_arrive_expect_tx` / `mbar_arrive` / `mbar_wait`, `tma_load_2d`,
+`tma_load_2d_multicast`, `cluster_ctarank` / `mbar_arrive_cluster` / `cluster_sync` (thread-block clusters),
 `tensormap_acquire`, `wg_desc`, `wg_fence` / `wg_commit` / `wg_wait<N>` / `wg_fence_acc`, `Wgmma<T, N, TRANS_B>`
 (shared-memory A, N = 64 / 128 / 256) and `WgmmaRS<T, N, TRANS_B>` (register A, N = 64 / 128), used by matmul's
 Part 3 and flash attention's "wgmma" variant. A kernel must not redefine these names.
@@ -879,7 +908,10 @@ def tensor_map_layout(t: torch.Tensor, box: Sequence[int], swizzle: int) -> tupl
     return rows, cols, stride, box_rows, box_cols
 
 
-def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> torch.Tensor:
+L2_PROMOTIONS = (0, 64, 128, 256)  # bytes the L2 fetches from DRAM per TMA request (0: the request's sectors only)
+
+
+def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128, l2_promotion: int = 256) -> torch.Tensor:
     """A TMA descriptor (the driver's 128-byte CUtensorMap, cuTensorMapEncodeTiled) for the 2-D CUDA tensor t, in
     device memory: pass the returned uint8 tensor as a kernel argument (a pointer; in the kernel it is the global
     address cp.async.bulk.tensor takes, after `fence.proxy.tensormap::generic.acquire.gpu [map], 128`).
@@ -887,6 +919,7 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
     box = (rows, cols) of the tile one copy moves; swizzle = 0, 32, 64 or 128: the shared-memory swizzle, whose
     span bounds a box row (cols * element size <= swizzle bytes). Elements outside t arrive as zeros. t's rows
     must be unit-stride with a 16-byte aligned base and row stride (TMA's rules); else TensorMapError.
+    l2_promotion (one of L2_PROMOTIONS): how many bytes around each request the L2 fetches from DRAM.
 
     Cached by everything the map encodes (device, address, shape, row stride, dtype, box, swizzle), so a repeated
     call costs a dict lookup: no encode, no copy. A new map goes to the device by a 128-byte copy on torch's
@@ -895,17 +928,19 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
     kernels. 64-byte aligned, as the driver requires. Refused during CUDA graph capture (the caller falls back).
     """
     rows, cols, stride, box_rows, box_cols = tensor_map_layout(t, box, swizzle)
+    if l2_promotion not in L2_PROMOTIONS:
+        raise TensorMapError(f"l2_promotion={l2_promotion} is not one of {L2_PROMOTIONS} (bytes)")
     if t.device.type != "cuda":
         raise TensorMapError(f"tensor maps describe CUDA memory, got a tensor on {t.device}")
     why = tensor_maps_unusable()
     if why:
         raise TensorMapError(why)
-    key = (t.device.index, t.data_ptr(), rows, cols, stride, t.dtype, box_rows, box_cols, swizzle)
+    key = (t.device.index, t.data_ptr(), rows, cols, stride, t.dtype, box_rows, box_cols, swizzle, l2_promotion)
     stream = torch.cuda.current_stream(t.device)
     with _LOCK:
         entry = _TENSOR_MAPS.pop(key, None)
         if entry is None:
-            blob = _encode_tiled(t, rows, cols, stride, box_rows, box_cols, swizzle)
+            blob = _encode_tiled(t, rows, cols, stride, box_rows, box_cols, swizzle, l2_promotion)
             room = torch.empty(128 + 64, dtype=torch.uint8, device=t.device)
             start = (-room.data_ptr()) % 64
             entry = _TensorMap(room[start:start + 128], stream, torch.cuda.Event())
@@ -923,7 +958,7 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128) -> to
 
 
 def _encode_tiled(t: torch.Tensor, rows: int, cols: int, stride: int, box_rows: int, box_cols: int,
-                  swizzle: int) -> bytes:
+                  swizzle: int, l2_promotion: int) -> bytes:
     from cuda.bindings import driver  # present: tensor_maps_unusable() said so
 
     kinds = driver.CUtensorMapSwizzle
@@ -940,7 +975,8 @@ def _encode_tiled(t: torch.Tensor, rows: int, cols: int, stride: int, box_rows: 
         [u32(1), u32(1)],
         driver.CUtensorMapInterleave.CU_TENSOR_MAP_INTERLEAVE_NONE,
         mode,
-        driver.CUtensorMapL2promotion.CU_TENSOR_MAP_L2_PROMOTION_L2_256B,
+        getattr(driver.CUtensorMapL2promotion,
+                f"CU_TENSOR_MAP_L2_PROMOTION_{f'L2_{l2_promotion}B' if l2_promotion else 'NONE'}"),
         driver.CUtensorMapFloatOOBfill.CU_TENSOR_MAP_FLOAT_OOB_FILL_NONE,  # zeros past the edges
     )
     if err != driver.CUresult.CUDA_SUCCESS:

@@ -34,7 +34,13 @@
 #   second2: the search agent at fp16 on the GPT-2 shapes for the five types verify3 did not run.
 #   pipeline: the CUDA wgmma flash attention's WG_PIPELINE schedules checked on every set, timed; their GPU tests.
 #   pipeline2: the CUDA attention's new default and WG_PIN: GPU tests, `verify`, checked on every set in bf16 and
-#          fp16 and timed.
+#          fp16 and timed; ncu counters of the matmul and attention starters next to cuBLAS / SDPA.
+#   matmul2: the CUDA matmul's WG_PERSISTENT / WG_TMA_STORE / WG_L2_PROMOTION points checked on every set (bf16,
+#          fp16) and timed; GPU tests of tensor maps and the CUDA starters' matmul.
+#   matmul3: the CUDA matmul's persistent + TMA-store default: GPU tests, `verify`, split-store points timed twice.
+#   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
+#   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
+#   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
 #   aftereffect: benchmarks/profiler_aftereffect.py (harness timings before / after a profiler session).
 #   descriptors: the tensor-descriptor (TMA) variants of matmul / fused_mlp / flash attention checked on
 #          every shape set and timed (bf16; matmul also fp16 on the GPT-2 shape), the reduce CONFIG
@@ -50,6 +56,20 @@ step() {  # step LIMIT NAME CMD... : run with a time limit, log to $out/NAME.log
   local t0=$SECONDS
   timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
   echo "$name exit $? in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+}
+cuda_matmul_variants() {  # cuda_matmul_variants FILE: the CUDA matmul's CONFIG points of FILE checked on every set,
+  # timed twice in bf16 (run-to-run spread; the first points of a run time fastest on a cool GPU), once in fp16
+  local run
+  for run in 1 2; do
+    step 150 "variants_matmul_$run" python3 benchmarks/variants_gpu.py matmul --backend cuda \
+      --variants "$1" --sets cpu,edge,odd,gpt2,llama7b --out "$out/matmul_$run"
+  done
+  step 100 variants_matmul_fp16 python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype fp16 \
+    --variants "$1" --sets cpu,edge,odd,gpt2,llama7b --out "$out/matmul_fp16"
+}
+matmul_gpu_tests() {
+  step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+    tests/kernels/test_cuda_starters.py -k "gpu and matmul"
 }
 second_dtypes() {  # the Triton starters at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes
   step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
@@ -228,6 +248,53 @@ case "${1:-check}" in
         --variants benchmarks/variants/cuda_flash_attention_pin.json --dtype "$dtype" \
         --sets cpu,edge,odd,gpt2,llama7b --out "$out/pin_$dtype"
     done
+    # Hardware counters of the matmul starters against cuBLAS (K = 11008, where CUDA is furthest behind) and of the
+    # attention starters against SDPA (causal): where the CUDA kernels lose their time.
+    for case in "matmul --index 1" "flash_attention --index 0"; do
+      set -- $case
+      step 90 "ncu_$1" ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+        --section WarpStateStats --section SchedulerStats --section MemoryWorkloadAnalysis --section Occupancy \
+        --section LaunchStats python3 benchmarks/ncu_kernels.py $case
+    done
+    ;;
+  matmul2)  # the CUDA wgmma matmul's persistent loop, TMA-store epilogue and L2 promotion: checked on every set in
+    # bf16 and fp16 and timed; GPU tests of the tensor maps and the CUDA starters
+    step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py -k "gpu and matmul or tensor_map"
+    for dtype in bf16 fp16; do
+      step 150 "variants_matmul_$dtype" python3 benchmarks/variants_gpu.py matmul --backend cuda \
+        --variants benchmarks/variants/cuda_matmul_persistent.json --dtype "$dtype" \
+        --sets cpu,edge,odd,gpt2,llama7b --out "$out/matmul_$dtype"
+    done
+    ;;
+  matmul3)  # the CUDA matmul's new default (persistent, TMA-store epilogue): `verify`, stress tests, the split store
+    # with 4 stages; timed twice (run-to-run spread)
+    matmul_gpu_tests
+    step 100 verify_cuda_matmul python3 -m autokernel_ci verify kernels/cuda/matmul.py --device cuda \
+      --json "$out/verify_cuda_matmul.json"
+    cuda_matmul_variants benchmarks/variants/cuda_matmul_store.json
+    ;;
+  matmul4)  # the CUDA matmul with 2-CTA clusters (B multicast): GPU tests, checked on every set and timed twice
+    matmul_gpu_tests
+    cuda_matmul_variants benchmarks/variants/cuda_matmul_cluster.json
+    ;;
+  final5)  # fifth session's closing round: GPU tests of the CUDA starters, `verify` of the CUDA matmul at its new
+    # default, ncu stall reasons of the clustered matmul, the starter table (both backends, eager and torch.compile)
+    step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_starters.py tests/kernels/test_cuda_matmul_layout.py -k gpu
+    step 60 verify_cuda_matmul python3 -m autokernel_ci verify kernels/cuda/matmul.py --device cuda \
+      --json "$out/verify_cuda_matmul.json"
+    step 90 ncu_matmul_cluster ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+      --section WarpStateStats --section LaunchStats --section Occupancy \
+      --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio" \
+      python3 benchmarks/ncu_kernels.py matmul --index 1 --backends cuda --no-eager --config '{"WG_CLUSTER": 2}'
+    step 300 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --out "$out/bf16"
+    ;;
+  final6)  # WG_CLUSTER 2 with the CTA-scope remote arrival (no MEMBAR in the mainloop): checked on every set, timed
+    # twice in bf16 and once in fp16; the starter table again (its same-bytes copy column)
+    matmul_gpu_tests
+    cuda_matmul_variants benchmarks/variants/cuda_matmul_cluster.json
+    step 200 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --out "$out/bf16"
     ;;
   aftereffect)  # does verification's profiler session slow the timings after it? (see the script's docstring)
     step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"

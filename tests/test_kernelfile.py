@@ -77,16 +77,19 @@ def test_load_missing_file(tmp_path):
     ("__global__ __launch_bounds__(256) void before (float* y) {}", ["before"]),
     ('extern "C" __global__ void __launch_bounds__(fa::THREADS, 1) after_##SUFFIX(T* y) {}', ["after_"]),
     ("__global__ void __launch_bounds__(128)\n    pasted_ ## NAME (T* y) {}", ["pasted_"]),
+    ("__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) clustered(float* y) {}", ["clustered"]),
+    ("__global__ __cluster_dims__(2, 1, 1) void __launch_bounds__(384) clustered_before(float* y) {}",
+     ["clustered_before"]),
     ("__device__ void helper(float x) {}", []),
 ])
-def test_cuda_kernel_names_sees_bounds_on_either_side_of_void_and_pasted_names(source: str, names: list[str]) -> None:
+def test_cuda_kernel_names_see_attributes_around_void_and_pasted_names(source: str, names: list[str]) -> None:
     assert kernelfile.cuda_kernel_names(source) == names
 
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
 def test_every_cuda_starter_kernel_is_named_where_the_harness_looks_for_it(kernel_type: str) -> None:
     """The smoke stage's kernel_ran check looks for these names in the profiler's kernel events (own_kernel_event):
-    every kernel a CUDA starter can launch must contain one of them, and `__launch_bounds__` is not a name."""
+    every kernel a CUDA starter can launch must contain one of them, and no attribute is a name."""
     import importlib.util
 
     path = starter_kernel(kernel_type, "cuda")
@@ -94,7 +97,7 @@ def test_every_cuda_starter_kernel_is_named_where_the_harness_looks_for_it(kerne
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     found = kernelfile.cuda_kernel_names(path.read_text())
-    assert found and "__launch_bounds__" not in found
+    assert found and not {"__launch_bounds__", "__cluster_dims__", "WG_CLUSTER_DIMS"} & set(found)
     for build in module.cuda_builds():
         for name in build[2]:
             assert kernelfile.own_kernel_event(name, found), f"{kernel_type}: kernel {name} not matched by {found}"

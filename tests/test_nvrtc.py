@@ -355,6 +355,12 @@ def test_tensor_map_rules_are_checked_before_the_driver(make, box, swizzle, matc
         nvrtc.tensor_map(make(), box, swizzle=swizzle)
 
 
+@pytest.mark.parametrize("promotion", [32, 512, -1])
+def test_tensor_map_refuses_an_l2_promotion_the_driver_lacks(promotion):
+    with pytest.raises(nvrtc.TensorMapError, match=f"l2_promotion={promotion} is not one of"):
+        nvrtc.tensor_map(torch.zeros(64, 64, dtype=torch.bfloat16), (64, 64), l2_promotion=promotion)
+
+
 @needs_gpu
 def test_tensor_map_rules_and_cache_on_gpu():
     x = torch.zeros(100, 72, dtype=torch.bfloat16, device="cuda")
@@ -362,6 +368,7 @@ def test_tensor_map_rules_and_cache_on_gpu():
     assert first.dtype == torch.uint8 and first.numel() == 128 and first.data_ptr() % 64 == 0
     assert nvrtc.tensor_map(x, (64, 64)) is first  # cached: no encode, no copy
     assert nvrtc.tensor_map(x, (128, 64)) is not first
+    assert nvrtc.tensor_map(x, (64, 64), l2_promotion=128) is not first  # the promotion is part of the map
     with pytest.raises(nvrtc.TensorMapError, match="16-byte"):
         nvrtc.tensor_map(torch.zeros(10, 9, dtype=torch.bfloat16, device="cuda"), (8, 8))  # 18-byte rows
     with pytest.raises(nvrtc.TensorMapError, match="swizzle"):

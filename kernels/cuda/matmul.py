@@ -26,6 +26,11 @@ accumulators a thread), BK 64. b row-major [K,N] is read as N-major tiles throug
 copy); b = W.T as K-major tiles. TMA descriptors come from nvrtc.tensor_map (cached per tensor). Elsewhere (no
 sm_90, no cuda.bindings) "wgmma" runs the "mma" kernel; rows that TMA cannot address (K or N not a multiple of 8)
 are copied into padded rows first, as for "mma".
+WG_PERSISTENT: one block an SM walks the tiles in grouped order (the ring runs on across tiles, so the producer
+loads the next tile while the consumers store this one). WG_TMA_STORE: the epilogue rounds the accumulators into a
+swizzled shared-memory buffer and TMA stores it (whole sectors; the TMA clips the ragged edges), in WG_STORE_SPLIT
+passes (2: a 32 KiB buffer, leaving room for a fourth stage). WG_CLUSTER 2: two CTAs computing vertically adjacent
+tiles share the B tile through TMA multicast (each loads half; stages freed in both CTAs); correct, but slower here.
 """
 
 import math
@@ -46,12 +51,18 @@ BACKEND = "cuda"
 # 8 row panels of tiles run column by column, so a B panel is read from DRAM about once per 8 block rows.
 # WG_TILE / WG_STAGES: VARIANT "wgmma" only. 128x256 (two 64 x 256 consumer warpgroups, the cuBLAS-class tile):
 # 48 KiB a stage; 128x128: 32 KiB a stage, up to 6. ptxas (nvcc 13, sm_90a): 168 registers at launch, 0 spills,
-# for both tiles. Default "wgmma" 128x256, 3 stages (144 KiB): on the H200 553 / 572 us at the LLaMA-7B GEMMs
-# (0.96 / 0.89x cuBLAS), 588 / 567 us (0.86 / 0.89x) in a second round; 4 stages 546-599 us, 128x128 595-638 us,
-# "mma" 1,061-1,128 us; correct on every shape set (benchmarks/variants/cuda_matmul_wgmma.json,
-# docs/benchmarks/h200.md). Other GPUs run "mma".
+# for both tiles. The default "wgmma" point, 128x256, persistent, TMA-store epilogue in two passes, 4 stages (192 +
+# 32 KiB), measured on the H200 in bf16 at the LLaMA-7B GEMMs (M4096 K4096 N11008 / M4096 K11008 N4096; eager
+# cuBLAS in the same process, benchmarks/variants/cuda_matmul_*.json): 487-554 / 532-539 us = 0.97-1.13x /
+# 0.95-0.97x cuBLAS, against 609-630 / 570-586 us (0.88-0.90x / 0.87-0.89x) for the earlier non-persistent kernel
+# with direct stores and 3 stages; persistent alone -1 to -3%, TMA store alone -3 to -6%, both with 3 stages
+# -10 to -17% / -3 to -6%. WG_CLUSTER 2 (B multicast) passes every check but runs 697-737 us (0.70-0.79x); a
+# 128x128 tile 1,092-1,120 us with it. Correct on every shape set in bf16 and fp16. Other GPUs run "mma".
+# WG_L2_PROMOTION: bytes the L2 fetches per TMA request (nvrtc.tensor_map); 128 (Triton's choice) measured 1-7%
+# slower than 256 here.
 CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8, "WG_TILE": "128x256",
-          "WG_STAGES": 3}
+          "WG_STAGES": 4, "WG_PERSISTENT": True, "WG_TMA_STORE": True, "WG_STORE_SPLIT": 2,
+          "WG_L2_PROMOTION": 256, "WG_CLUSTER": 1}
 SEARCH_SPACE = {
     "VARIANT": ["wmma", "mma", "wgmma"],
     "TILE": ["64x64_2x2", "128x64_2x2", "64x128_2x2", "128x128_2x2", "128x128_2x4", "128x256_2x4", "256x128_4x2"],
@@ -60,6 +71,11 @@ SEARCH_SPACE = {
     "GROUP_M": [1, 4, 8, 16],
     "WG_TILE": ["128x128", "128x256"],
     "WG_STAGES": [2, 3, 4, 5, 6],
+    "WG_PERSISTENT": [False, True],
+    "WG_TMA_STORE": [False, True],
+    "WG_STORE_SPLIT": [1, 2],
+    "WG_L2_PROMOTION": [128, 256],
+    "WG_CLUSTER": [1, 2],
 }
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
@@ -67,14 +83,14 @@ SEARCH_SPACE = {
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
 // Grouped block order (Parts 1 and 3): GROUP_M row panels of TM x TN tiles run column by column, so consecutive
-// blocks share the same B panel and a few A panels while they are in L2. Returns this block's first (row, column).
+// blocks share the same B panel and a few A panels while they are in L2. Returns tile `tile`'s first (row, column).
 template <int TM, int TN>
-__device__ __forceinline__ int2 grouped_tile(int m, int n) {
+__device__ __forceinline__ int2 grouped_tile(int m, int n, int tile) {
     const int tiles_m = (m + TM - 1) / TM, tiles_n = (n + TN - 1) / TN;
     const int per_group = GROUP_M * tiles_n;
-    const int first_m = (blockIdx.x / per_group) * GROUP_M;
+    const int first_m = (tile / per_group) * GROUP_M;
     const int group_rows = min(tiles_m - first_m, GROUP_M);
-    const int in_group = blockIdx.x % per_group;
+    const int in_group = tile % per_group;
     return make_int2((first_m + in_group % group_rows) * TM, (in_group / group_rows) * TN);
 }
 
@@ -113,6 +129,19 @@ __device__ __forceinline__ void store2(__half* p, float x, float y) {
 __device__ __forceinline__ void store2(__nv_bfloat16* p, float x, float y) {
     *reinterpret_cast<__nv_bfloat162*>(p) = __floats2bfloat162_rn(x, y);
 }
+// The same pair as the 32-bit word st.shared takes (x in the low half: the lower address).
+template <typename T>
+__device__ __forceinline__ unsigned pack2(float x, float y);
+template <>
+__device__ __forceinline__ unsigned pack2<__half>(float x, float y) {
+    const __half2 v = __floats2half2_rn(x, y);
+    return *reinterpret_cast<const unsigned*>(&v);
+}
+template <>
+__device__ __forceinline__ unsigned pack2<__nv_bfloat16>(float x, float y) {
+    const __nv_bfloat162 v = __floats2bfloat162_rn(x, y);
+    return *reinterpret_cast<const unsigned*>(&v);
+}
 
 // out[m,n] (contiguous) = a[m,k] (row stride lda) @ b. B_KMAJOR = false: b[k,n] with row stride ldb (n
 // contiguous). B_KMAJOR = true: b given as its transpose, rows of k: element (kk, nn) at b[nn * ldb + kk]
@@ -129,7 +158,7 @@ __device__ __forceinline__ void mma_gemm(T* __restrict__ out, const T* __restric
     const unsigned sbase = smem_addr(dsmem);  // 32-bit shared-space addresses: cheaper than generic pointers
     constexpr int E = sizeof(T);               // bytes an element: swz() offsets are in elements
 
-    const int2 origin = grouped_tile<BM, BN>(m, n);
+    const int2 origin = grouped_tile<BM, BN>(m, n, blockIdx.x);
     const int bm = origin.x, bn = origin.y;
 
     auto load_stage = [&](int stage, int k0) {
@@ -447,10 +476,18 @@ constexpr int WG_THREADS = 384;
 constexpr int WG_A_BYTES = WG_BM * WG_BK * 2;     // 16 KiB
 constexpr int WG_B_BYTES = WG_BN * WG_BK * 2;     // 32 KiB at BN 256
 constexpr int WG_STAGE_BYTES = WG_A_BYTES + WG_B_BYTES;
-constexpr int WG_CONSUMER_WARPS = 8;              // arrivals that free a stage: lane 0 of each consumer warp
+// WG_TMA_STORE: the output tile goes out through shared memory and TMA stores (bf16/fp16 tile, 64 KiB at 128 x 256)
+// in WG_STORE_SPLIT passes of WG_BN / WG_STORE_SPLIT columns (a 32 KiB buffer at 128 x 256 leaves room for 4 stages)
+constexpr int WG_STORE_COLS = WG_BN / WG_STORE_SPLIT;
+constexpr int WG_OUT_BYTES = WG_TMA_STORE ? WG_BM * WG_STORE_COLS * 2 : 0;
+static_assert(WG_STORE_COLS % 64 == 0, "whole 64-column TMA boxes a pass");
+constexpr int WG_CONSUMER_WARPS = 8;  // lane 0 of each consumer warp frees a stage (in every CTA of the cluster)
+// WG_CLUSTER CTAs (1 or 2) compute vertically adjacent tiles that share their B panel: each loads its own A tile and
+// 1 / WG_CLUSTER of the B tile, multicast into every CTA of the cluster (the L2 serves B once for the cluster).
 static_assert(WG_BM == 128, "two consumer warpgroups x 64 rows (wgmma's M)");
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma m64nNk16 instantiated for N = 128 and 256");
 static_assert(WG_STAGES >= 2, "the ring needs at least two stages");
+static_assert(WG_CLUSTER == 1 || WG_CLUSTER == 2, "clusters of one or two CTAs");
 
 // mbar_*, tma_load_2d, tensormap_acquire, wg_desc, wg_fence / wg_commit / wg_wait / wg_fence_acc and
 // Wgmma<T, N, TRANS_B> come from nvrtc.PRELUDE (its sm_90a block, autokernel_ci/nvrtc.py), shared with flash attention.
@@ -468,50 +505,120 @@ static_assert(WG_STAGES >= 2, "the ring needs at least two stages");
 //   N-major (B of nn): ((8 x 16 B along n, n / 64 blocks), (8 k-rows, k / 8 groups)) -> 64-element n blocks one TMA
 //       box apart: LBO = 64 rows x 128 B = 8192; 8-row k groups: SBO = 1024; k step ks starts 16 ks rows = 2048 ks
 //       bytes in.
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Epilogue through TMA (WG_TMA_STORE): one consumer warpgroup's 64 x WG_BN accumulators, rounded to T, go into its
+// half of the shared output buffer, WG_STORE_COLS columns a pass, as boxes of [64 rows][128 B] in the 128-byte swizzle
+// (16-byte chunk c of row r at chunk c ^ (r % 8): a warp's 32 four-byte stores hit 32 different banks), then one
+// thread stores the boxes with cp.async.bulk.tensor; the TMA drops rows and columns past m and n. Writing whole
+// 32-byte sectors: the direct epilogue's 4-byte stores cover 16 of each sector's 32 bytes per instruction (ncu:
+// twice the L2 write sectors). Named barrier 1 + warpgroup index (0 is __syncthreads) orders the 128 threads: the
+// previous pass's store has read the buffer before anyone overwrites it, and every write is visible to the async
+// proxy before the store is issued.
+template <typename T>
+__device__ __forceinline__ void store_tile_tma(const float (&acc)[WG_BN / 2], const void* map_out, unsigned buf,
+                                               int wg, int t, int warp, int lane, int row0, int col0) {
+    const int r = warp * 16 + (lane >> 2);  // rows r and r + 8: both have r % 8 == lane / 4
+#pragma unroll
+    for (int pass = 0; pass < WG_STORE_SPLIT; ++pass) {
+        if (t == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
+        asm volatile("bar.sync %0, 128;\n" ::"r"(wg) : "memory");
+#pragma unroll
+        for (int jj = 0; jj < WG_STORE_COLS / 8; ++jj) {
+            const int j = pass * (WG_STORE_COLS / 8) + jj;  // 8-column group of the accumulator fragment
+            const unsigned chunk = ((jj % 8) ^ (lane >> 2)) * 16 + 4 * (lane & 3);
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const unsigned addr = buf + (jj / 8) * 8192 + (r + 8 * h) * 128 + chunk;
+                const unsigned pair = pack2<T>(acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                asm volatile("st.shared.b32 [%0], %1;\n" ::"r"(addr), "r"(pair) : "memory");
+            }
+        }
+        asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");  // generic-proxy writes -> the TMA's reads
+        asm volatile("bar.sync %0, 128;\n" ::"r"(wg) : "memory");
+        if (t == 0) {
+#pragma unroll
+            for (int b = 0; b < WG_STORE_COLS / 64; ++b) {
+                asm volatile("cp.async.bulk.tensor.2d.global.shared::cta.bulk_group [%0, {%1, %2}], [%3];\n"
+                             ::"l"(map_out), "r"(col0 + pass * WG_STORE_COLS + 64 * b), "r"(row0),
+                             "r"(buf + b * 8192) : "memory");
+            }
+            asm volatile("cp.async.bulk.commit_group;\n" ::: "memory");
+        }
+    }
+}
+#endif
+
 template <typename T, bool B_KMAJOR>
-__device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_a, const void* map_b, int m, int n,
-                                           int k) {
+__device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_a, const void* map_b,
+                                           const void* map_out, int m, int n, int k) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     extern __shared__ __align__(128) unsigned char dsmem[];  // same declaration as Part 1 (one symbol)
     // 128B-swizzled tiles must start on a 1024-byte boundary (the pattern repeats every 8 rows of 128 bytes and both
     // the TMA and wgmma take the row phase from address bits 7-9): round up; the launcher adds 1 KiB of slack.
     const unsigned base = (smem_addr(dsmem) + 1023u) & ~1023u;
-    const unsigned bars = base + WG_STAGES * WG_STAGE_BYTES;  // full[s] at bars + 8 s, empty[s] after them
+    const unsigned out_tile = base + WG_STAGES * WG_STAGE_BYTES;  // WG_OUT_BYTES (1024-aligned: stages are 16 KiB)
+    const unsigned bars = out_tile + WG_OUT_BYTES;  // full[s] at bars + 8 s, empty[s] after them
     const int wg = threadIdx.x / 128;
 
-    const int2 origin = grouped_tile<WG_BM, WG_BN>(m, n);
-    const int bm = origin.x, bn = origin.y;
+    // Cluster tiles: WG_CLUSTER x 1 block tiles sharing one B panel; this CTA computes the rank-th of them.
+    const int ctiles = ((m + WG_CLUSTER * WG_BM - 1) / (WG_CLUSTER * WG_BM)) * ((n + WG_BN - 1) / WG_BN);
     const int ktiles = (k + WG_BK - 1) / WG_BK;
+    const unsigned rank = WG_CLUSTER > 1 ? cluster_ctarank() : 0;
+    const int first = blockIdx.x / WG_CLUSTER, step = gridDim.x / WG_CLUSTER;  // gridDim.x: a multiple of WG_CLUSTER
 
     if (threadIdx.x == 0) {
 #pragma unroll
         for (int s = 0; s < WG_STAGES; ++s) {
             mbar_init(bars + 8 * s, 1);                                         // the producer's arrive.expect_tx
-            mbar_init(bars + 8 * (WG_STAGES + s), WG_CONSUMER_WARPS);           // one arrival a consumer warp
+            // one arrival a consumer warp of every CTA in the cluster: a stage is refilled in all of them at once
+            mbar_init(bars + 8 * (WG_STAGES + s), WG_CONSUMER_WARPS * WG_CLUSTER);
         }
         asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the async proxy (TMA)
     }
-    __syncthreads();  // the last block-wide barrier: the roles below never wait for each other's threads
+    // The last block-wide barrier: the roles below never wait for each other's threads. In a cluster, the other
+    // CTA's barriers must be initialised before this CTA's multicast copies or arrivals reach them.
+    if (WG_CLUSTER > 1) cluster_sync(); else __syncthreads();
 
+    // Cluster tiles first, first + step, ... in grouped order: one a cluster when the launcher gives every cluster
+    // tile its CTAs, several when it launches one CTA an SM (WG_PERSISTENT). `it` counts K slices over all of this
+    // block's tiles, so the ring's stage (it % WG_STAGES) and mbarrier phase ((it / WG_STAGES) & 1) run on across
+    // tiles and the producer fills the next tile's first stages while the consumers store the last tile. Both CTAs
+    // of a cluster walk the same tiles and slices (a tile past m computes zeros and stores nothing).
     if (wg == 0) {  // ---- producer ----
         asm volatile("setmaxnreg.dec.sync.aligned.u32 40;\n" ::: "memory");
         if (threadIdx.x == 0) {
             tensormap_acquire(map_a);
             tensormap_acquire(map_b);
-            for (int kt = 0; kt < ktiles; ++kt) {
-                const int s = kt % WG_STAGES;
-                // Stage s last held slice kt - STAGES: wait for the ((kt / STAGES) - 1)-th release of it.
-                if (kt >= WG_STAGES) mbar_wait(bars + 8 * (WG_STAGES + s), ((kt / WG_STAGES) - 1) & 1);
-                const unsigned full = bars + 8 * s;
-                const unsigned As = base + s * WG_STAGE_BYTES, Bs = As + WG_A_BYTES;
-                mbar_arrive_expect_tx(full, WG_STAGE_BYTES);
-                tma_load_2d(As, map_a, full, kt * WG_BK, bm);
-                if constexpr (B_KMAJOR) {
-                    tma_load_2d(Bs, map_b, full, kt * WG_BK, bn);
-                } else {
+            int it = 0;
+            for (int ct = first; ct < ctiles; ct += step) {
+                int2 origin = grouped_tile<WG_CLUSTER * WG_BM, WG_BN>(m, n, ct);
+                origin.x += rank * WG_BM;
+                for (int kt = 0; kt < ktiles; ++kt, ++it) {
+                    const int s = it % WG_STAGES;
+                    // Stage s last held slice it - STAGES: wait for the ((it / STAGES) - 1)-th release of it.
+                    if (it >= WG_STAGES) mbar_wait(bars + 8 * (WG_STAGES + s), ((it / WG_STAGES) - 1) & 1);
+                    const unsigned full = bars + 8 * s;
+                    const unsigned As = base + s * WG_STAGE_BYTES, Bs = As + WG_A_BYTES;
+                    mbar_arrive_expect_tx(full, WG_STAGE_BYTES);
+                    tma_load_2d(As, map_a, full, kt * WG_BK, origin.x);
+                    if constexpr (WG_CLUSTER == 1) {
+                        if constexpr (B_KMAJOR) {
+                            tma_load_2d(Bs, map_b, full, kt * WG_BK, origin.y);
+                        } else {
 #pragma unroll
-                    for (int j = 0; j < WG_BN / 64; ++j) {  // one 64 (n) x 64 (k) box = 8 KiB a 64-column block
-                        tma_load_2d(Bs + j * 8192, map_b, full, bn + 64 * j, kt * WG_BK);
+                            for (int j = 0; j < WG_BN / 64; ++j) {  // one 64 (n) x 64 (k) box = 8 KiB a 64 columns
+                                tma_load_2d(Bs + j * 8192, map_b, full, origin.y + 64 * j, kt * WG_BK);
+                            }
+                        }
+                    } else if constexpr (B_KMAJOR) {  // rows rank * BN/2 .. of the [BN rows][128 B] tile (box BN/2)
+                        tma_load_2d_multicast(Bs + rank * (WG_B_BYTES / 2), map_b, full, kt * WG_BK,
+                                              origin.y + rank * (WG_BN / 2), 3);
+                    } else {  // 64-column blocks rank * BN/128 ..
+#pragma unroll
+                        for (int jj = 0; jj < WG_BN / 128; ++jj) {
+                            const int j = rank * (WG_BN / 128) + jj;
+                            tma_load_2d_multicast(Bs + j * 8192, map_b, full, origin.y + 64 * j, kt * WG_BK, 3);
+                        }
                     }
                 }
             }
@@ -519,62 +626,92 @@ __device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_
     } else {  // ---- consumers: warpgroup 1 rows 0-63 of the tile, warpgroup 2 rows 64-127 ----
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
         const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-        float acc[WG_BN / 2];
-#pragma unroll
-        for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.f;
         const unsigned a_rows = (wg - 1) * 64 * 128;  // this warpgroup's 64 rows of 128 bytes in the A tile
-        for (int kt = 0; kt < ktiles; ++kt) {
-            const int s = kt % WG_STAGES;
-            mbar_wait(bars + 8 * s, (kt / WG_STAGES) & 1);
-            const unsigned As = base + s * WG_STAGE_BYTES, Bs = As + WG_A_BYTES;
-            wg_fence_acc(acc);
-            wg_fence();
-#pragma unroll
-            for (int ks = 0; ks < WG_BK / 16; ++ks) {
-                const unsigned long long da = wg_desc(As + a_rows + 32 * ks, 16, 1024);
-                const unsigned long long db =
-                    B_KMAJOR ? wg_desc(Bs + 32 * ks, 16, 1024) : wg_desc(Bs + 2048 * ks, 8192, 1024);
-                Wgmma<T, WG_BN, B_KMAJOR ? 0 : 1>::run(acc, da, db, 1);
-            }
-            wg_commit();
-            // Keep this slice's 4 wgmma in flight; the previous slice's have completed: free its stage.
-            wg_wait<1>();
-            wg_fence_acc(acc);
-            if (kt > 0 && lane == 0) mbar_arrive(bars + 8 * (WG_STAGES + (kt - 1) % WG_STAGES));
-        }
-        wg_wait<0>();
-        wg_fence_acc(acc);
-
-        // Epilogue straight from the accumulators (fragment layout above), bounds-checked; pairs of columns go out
-        // as one 4-byte store when n is even (then every even column is 4-byte aligned).
+        // Pairs of columns go out as one 4-byte store when n is even (then every even column is 4-byte aligned).
         const bool pairs = (n & 1) == 0;
-        const int row0 = bm + (wg - 1) * 64 + warp * 16 + (lane >> 2);
+        float acc[WG_BN / 2];
+        int it = 0;
+        // Frees stage s in every CTA of the cluster (each CTA's producer refills its own and the others' stages).
+        auto release = [&](int s) {
+            if (lane != 0) return;
+            mbar_arrive(bars + 8 * (WG_STAGES + s));
+            if (WG_CLUSTER > 1) mbar_arrive_cluster(bars + 8 * (WG_STAGES + s), rank ^ 1);
+        };
+        for (int ct = first; ct < ctiles; ct += step) {
+            int2 origin = grouped_tile<WG_CLUSTER * WG_BM, WG_BN>(m, n, ct);
+            origin.x += rank * WG_BM;
 #pragma unroll
-        for (int j = 0; j < WG_BN / 8; ++j) {
-            const int col = bn + 8 * j + 2 * (lane & 3);
+            for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.f;
+            for (int kt = 0; kt < ktiles; ++kt, ++it) {
+                const int s = it % WG_STAGES;
+                mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1);
+                const unsigned As = base + s * WG_STAGE_BYTES, Bs = As + WG_A_BYTES;
+                wg_fence_acc(acc);
+                wg_fence();
 #pragma unroll
-            for (int h = 0; h < 2; ++h) {
-                const int row = row0 + 8 * h;
-                if (row >= m || col >= n) continue;
-                T* o = out + (long long)row * n + col;
-                if (pairs) {
-                    store2(o, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
-                } else {
-                    o[0] = from_float<T>(acc[4 * j + 2 * h]);
-                    if (col + 1 < n) o[1] = from_float<T>(acc[4 * j + 2 * h + 1]);
+                for (int ks = 0; ks < WG_BK / 16; ++ks) {
+                    const unsigned long long da = wg_desc(As + a_rows + 32 * ks, 16, 1024);
+                    const unsigned long long db =
+                        B_KMAJOR ? wg_desc(Bs + 32 * ks, 16, 1024) : wg_desc(Bs + 2048 * ks, 8192, 1024);
+                    Wgmma<T, WG_BN, B_KMAJOR ? 0 : 1>::run(acc, da, db, 1);
+                }
+                wg_commit();
+                // Keep this slice's 4 wgmma in flight; the previous slice's have completed: free its stage.
+                wg_wait<1>();
+                wg_fence_acc(acc);
+                if (kt > 0) release((it - 1) % WG_STAGES);
+            }
+            wg_wait<0>();
+            wg_fence_acc(acc);
+            // The tile's last slice is read: free its stage before the epilogue, so the producer can refill it.
+            release((it - 1) % WG_STAGES);
+
+            if (WG_TMA_STORE && map_out != nullptr) {
+                store_tile_tma<T>(acc, map_out, out_tile + (wg - 1) * (WG_OUT_BYTES / 2), wg, t, warp, lane,
+                                  origin.x + (wg - 1) * 64, origin.y);
+                continue;
+            }
+            // Epilogue straight from the accumulators (fragment layout above), bounds-checked.
+            const int row0 = origin.x + (wg - 1) * 64 + warp * 16 + (lane >> 2);
+#pragma unroll
+            for (int j = 0; j < WG_BN / 8; ++j) {
+                const int col = origin.y + 8 * j + 2 * (lane & 3);
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int row = row0 + 8 * h;
+                    if (row >= m || col >= n) continue;
+                    T* o = out + (long long)row * n + col;
+                    if (pairs) {
+                        store2(o, acc[4 * j + 2 * h], acc[4 * j + 2 * h + 1]);
+                    } else {
+                        o[0] = from_float<T>(acc[4 * j + 2 * h]);
+                        if (col + 1 < n) o[1] = from_float<T>(acc[4 * j + 2 * h + 1]);
+                    }
                 }
             }
         }
+        // The shared-memory tile must outlive the last TMA store's read of it.
+        if (WG_TMA_STORE && t == 0) asm volatile("cp.async.bulk.wait_group.read 0;\n" ::: "memory");
     }
+    // The other CTA may still arrive on this CTA's barriers (its consumers free the last stages here too): no CTA of
+    // the cluster exits before all are done.
+    if (WG_CLUSTER > 1) cluster_sync();
 #else
     __trap();  // built for an arch without wgmma: the launcher never launches this (it builds sm_90a or uses Part 1)
 #endif
 }
 
+// Before __global__: the kernel's name stays where kernelfile's name pattern finds it (`__global__ ... void NAME(`).
+#if WG_CLUSTER > 1
+#define WG_CLUSTER_DIMS __cluster_dims__(WG_CLUSTER, 1, 1)
+#else
+#define WG_CLUSTER_DIMS
+#endif
 #define WGMMA_KERNEL(NAME, T, B_KMAJOR)                                                                          \
-    extern "C" __global__ void __launch_bounds__(WG_THREADS, 1) matmul_wgmma_##NAME(                             \
-        T* __restrict__ out, const void* __restrict__ map_a, const void* __restrict__ map_b, int m, int n, int k) { \
-        wgmma_gemm<T, B_KMAJOR>(out, map_a, map_b, m, n, k);                                                     \
+    extern "C" WG_CLUSTER_DIMS __global__ void __launch_bounds__(WG_THREADS, 1) matmul_wgmma_##NAME(             \
+        T* __restrict__ out, const void* __restrict__ map_a, const void* __restrict__ map_b,                    \
+        const void* __restrict__ map_out, int m, int n, int k) {                                                 \
+        wgmma_gemm<T, B_KMAJOR>(out, map_a, map_b, map_out, m, n, k);                                            \
     }
 WGMMA_KERNEL(f16_nn, __half, false)
 WGMMA_KERNEL(f16_nt, __half, true)
@@ -621,19 +758,28 @@ def _wg_stage_bytes():
     return (bm + bn) * 64 * 2  # BK 64 of 16-bit elements: 48 KiB at 128x256, 32 KiB at 128x128
 
 
+def _wg_out_bytes():
+    """The shared output buffer of WG_TMA_STORE (16-bit elements, WG_STORE_SPLIT passes): 64 KiB at 128x256 in one
+    pass, 32 KiB in two; nothing without WG_TMA_STORE."""
+    bm, bn = _wg_tile()
+    return bm * bn * 2 // CONFIG["WG_STORE_SPLIT"] if CONFIG["WG_TMA_STORE"] else 0
+
+
 def _wg_stages(limit=_SHARED_LIMIT):
-    return max(2, min(CONFIG["WG_STAGES"], (limit - _WG_SLACK) // _wg_stage_bytes()))
+    return max(2, min(CONFIG["WG_STAGES"], (limit - _WG_SLACK - _wg_out_bytes()) // _wg_stage_bytes()))
 
 
 def _wg_shared(limit=_SHARED_LIMIT):
-    return _wg_stages(limit) * _wg_stage_bytes() + _WG_SLACK
+    return _wg_stages(limit) * _wg_stage_bytes() + _wg_out_bytes() + _WG_SLACK
 
 
 def _defines(limit=_SHARED_LIMIT):
     bm, bn, wm, wn = _tile()
     wg_bm, wg_bn = _wg_tile()
     return {"BM": bm, "BN": bn, "BK": CONFIG["BK"], "WARPS_M": wm, "WARPS_N": wn, "STAGES": _stages(limit),
-            "GROUP_M": CONFIG["GROUP_M"], "WG_BM": wg_bm, "WG_BN": wg_bn, "WG_STAGES": _wg_stages(limit), **_WMMA}
+            "GROUP_M": CONFIG["GROUP_M"], "WG_BM": wg_bm, "WG_BN": wg_bn, "WG_STAGES": _wg_stages(limit),
+            "WG_TMA_STORE": int(bool(CONFIG["WG_TMA_STORE"])), "WG_STORE_SPLIT": CONFIG["WG_STORE_SPLIT"],
+            "WG_CLUSTER": CONFIG["WG_CLUSTER"], **_WMMA}
 
 
 _WMMA_NAMES = [f"matmul_{s}_{v}" for s in _SUFFIX.values() for v in "sv"]
@@ -704,6 +850,10 @@ def _launch_mma(out, a, b):
 _wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs)
 
 
+def _sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count  # torch caches the properties
+
+
 def _launch_wgmma(out, a, b):
     """The TMA + wgmma kernel; False (nothing launched) where it cannot run: the caller then uses "mma".
 
@@ -724,17 +874,37 @@ def _launch_wgmma(out, a, b):
     a, layout, rows = _operands(a, b)
     bm, bn = _wg_tile()
     try:  # boxes (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts Part 3's descriptors expect
-        map_a = nvrtc.tensor_map(a, (bm, 64), swizzle=128)
-        map_b = nvrtc.tensor_map(rows, (64, 64) if layout == "nn" else (bn, 64), swizzle=128)
+        promote = CONFIG["WG_L2_PROMOTION"]
+        map_a = nvrtc.tensor_map(a, (bm, 64), swizzle=128, l2_promotion=promote)
+        # nt with a cluster: each CTA loads its 1 / WG_CLUSTER of the B tile's rows and multicasts it
+        map_b = nvrtc.tensor_map(rows, (64, 64) if layout == "nn" else (bn // CONFIG["WG_CLUSTER"], 64), swizzle=128,
+                                 l2_promotion=promote)
     except nvrtc.TensorMapError as exc:
         nvrtc.warn_once(f"matmul VARIANT 'wgmma' falls back to 'mma': {exc}")
         return False
+    map_out = _out_map(out)
     limit = nvrtc.shared_memory_limit(a.device)
     kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", limit, arch=arch)
-    grid = (math.ceil(m / bm) * math.ceil(n / bn),)
-    nvrtc.launch(kernel, grid=grid, block=(384,), shared_mem=_wg_shared(limit),
-                 args=(out, map_a, map_b, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))
+    cluster = CONFIG["WG_CLUSTER"]
+    ctiles = math.ceil(m / (cluster * bm)) * math.ceil(n / bn)  # cluster tiles: `cluster` tiles along M sharing B
+    if CONFIG["WG_PERSISTENT"]:  # one block an SM (384 threads x 168+ registers and 146 KiB allow no second)
+        ctiles = min(ctiles, _sm_count(a.device) // cluster)
+    nvrtc.launch(kernel, grid=(ctiles * cluster,), block=(384,), shared_mem=_wg_shared(limit),
+                 args=(out, map_a, map_b, map_out, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))
     return True
+
+
+def _out_map(out):
+    """WG_TMA_STORE: out's tensor map (boxes of 64 rows x 64 columns, 128-byte swizzle: one consumer warpgroup's
+    64 x 64 block of the shared tile), or None (the kernel stores from registers) when TMA cannot address out's rows
+    (n not a multiple of 8 elements) or the option is off."""
+    if not CONFIG["WG_TMA_STORE"] or out.shape[1] % 8:
+        return None
+    try:
+        return nvrtc.tensor_map(out, (64, 64), swizzle=128)
+    except nvrtc.TensorMapError as exc:
+        nvrtc.warn_once(f"matmul WG_TMA_STORE falls back to direct stores: {exc}")
+        return None
 
 
 def _launch_wmma(out, a, b):

@@ -34,6 +34,16 @@ def tma_load(smem, dst, tensor, c0, c1, box_cols, box_rows):
     smem[swizzle128(dst + 128 * i + 2 * j) // 2] = values
 
 
+def tma_store(smem, src, tensor, c0, c1, box_cols, box_rows):
+    """Model of cp.async.bulk.tensor.2d global <- shared (128B swizzle): smem bytes src.. -> the box at (c0
+    innermost, c1) of `tensor`; elements past the tensor's bounds are dropped, as the TMA does."""
+    assert src % 1024 == 0 and box_cols * 2 <= 128
+    i, j = np.meshgrid(np.arange(box_rows), np.arange(box_cols), indexing="ij")
+    r, c = c1 + i, c0 + j
+    inside = (r < tensor.shape[0]) & (c < tensor.shape[1])
+    tensor[r[inside], c[inside]] = smem[swizzle128(src + 128 * i + 2 * j)[inside] // 2]
+
+
 def wgmma_operand(smem, desc: int, rows: int, mn_major: bool) -> np.ndarray:
     """The [rows x 16] operand (rows = M or N, 16 = K) wgmma reads through `desc` (canonical layouts above)."""
     assert desc >> 62 == 1, "128-byte swizzle mode"
@@ -94,7 +104,9 @@ class FakeTensorMap:
     """What a kernel's tensor map reads, for CPU tests that replace nvrtc.tensor_map: t's own rows (bounds = t's
     shape) in float64, after nvrtc's real TMA rules (alignment, unit-stride rows, box vs swizzle)."""
 
-    def __init__(self, t, box, swizzle=128):
+    def __init__(self, t, box, swizzle=128, l2_promotion=256):
         nvrtc.tensor_map_layout(t, box, swizzle)
+        assert l2_promotion in nvrtc.L2_PROMOTIONS, l2_promotion
+        self.l2_promotion = l2_promotion
         self.rows = t.double().numpy()
         self.box, self.swizzle = tuple(box), swizzle

@@ -13,6 +13,7 @@ numpy's matmul. If a formula changes in the CUDA source, change it here too.
 
 from __future__ import annotations
 
+import itertools
 import shutil
 import subprocess
 from pathlib import Path
@@ -27,6 +28,7 @@ from hopper_model import (
     hopper_build,
     load_starter,
     tma_load,
+    tma_store,
     wg_desc,
     wgmma_operand,
 )
@@ -339,29 +341,48 @@ WG_BK = 64
 
 
 class WgTile:
-    def __init__(self, wg_tile: str, kmajor: bool, stages: int = 3, group_m: int = 8):
+    def __init__(self, wg_tile: str, kmajor: bool, stages: int = 3, group_m: int = 8, tma_store: bool = False,
+                 store_split: int = 1, cluster: int = 1):
         self.bm, self.bn = (int(v) for v in wg_tile.split("x"))
-        self.kmajor, self.stages, self.group_m = kmajor, stages, group_m
+        self.cluster = cluster
+        self.kmajor, self.stages, self.group_m, self.tma_store = kmajor, stages, group_m, tma_store
         self.a_bytes, self.b_bytes = self.bm * WG_BK * 2, self.bn * WG_BK * 2
         self.stage_bytes = self.a_bytes + self.b_bytes
+        self.split, self.store_cols = store_split, self.bn // store_split
+        self.out_bytes = self.bm * self.store_cols * 2 if tma_store else 0
 
-    block_origin = Tile.block_origin
+    def cluster_origin(self, ct: int, m: int, n: int) -> tuple[int, int]:
+        """grouped_tile<WG_CLUSTER * WG_BM, WG_BN>(m, n, ct): the first row and column of cluster tile ct."""
+        tiles_m, tiles_n = -(-m // (self.cluster * self.bm)), -(-n // self.bn)
+        per_group = self.group_m * tiles_n
+        first_m = (ct // per_group) * self.group_m
+        group_rows = min(tiles_m - first_m, self.group_m)
+        in_group = ct % per_group
+        return (first_m + in_group % group_rows) * self.cluster * self.bm, (in_group // group_rows) * self.bn
 
-    def produce(self, smem, base, kt, a, b_rows, bm, bn):
-        """The producer thread's copies of slice kt (map_a box 64 x 128; map_b 64 x BN (nt) or BN/64 boxes 64 x 64)."""
-        s = kt % self.stages
+    def produce(self, smems, rank, base, it, kt, a, b_rows, bm, bn):
+        """CTA `rank`'s producer thread: its copies of slice kt of its tile, the block's it-th slice over all its
+        tiles (map_a box 64 x 128 into its own shared memory smems[rank]; its 1 / WG_CLUSTER of the B tile -- map_b
+        64 x BN/WG_CLUSTER rows (nt) or BN/64/WG_CLUSTER boxes 64 x 64 (nn) -- into every CTA's shared memory at the
+        same offset, as the multicast copy writes it)."""
+        s = it % self.stages
         a_s = base + s * self.stage_bytes
         b_s = a_s + self.a_bytes
-        tma_load(smem, a_s, a, kt * WG_BK, bm, 64, self.bm)
-        if self.kmajor:
-            tma_load(smem, b_s, b_rows, kt * WG_BK, bn, 64, self.bn)
-        else:
-            for j in range(self.bn // 64):
-                tma_load(smem, b_s + j * 8192, b_rows, bn + 64 * j, kt * WG_BK, 64, 64)
+        tma_load(smems[rank], a_s, a, kt * WG_BK, bm, 64, self.bm)
+        for smem in smems:
+            if self.kmajor:
+                rows = self.bn // self.cluster
+                tma_load(smem, b_s + rank * (self.b_bytes // self.cluster), b_rows, kt * WG_BK, bn + rank * rows, 64,
+                         rows)
+            else:
+                per_cta = self.bn // 64 // self.cluster
+                for j in range(rank * per_cta, (rank + 1) * per_cta):
+                    tma_load(smem, b_s + j * 8192, b_rows, bn + 64 * j, kt * WG_BK, 64, 64)
 
-    def consume(self, smem, base, kt, wg, acc):
-        """Consumer warpgroup wg (1, 2): the 4 wgmma of slice kt with the kernel's descriptors; acc [64, BN]."""
-        s = kt % self.stages
+    def consume(self, smem, base, it, wg, acc):
+        """Consumer warpgroup wg (1, 2): the 4 wgmma of the block's it-th slice with the kernel's descriptors; acc
+        [64, BN]."""
+        s = it % self.stages
         a_s = base + s * self.stage_bytes
         b_s = a_s + self.a_bytes
         a_rows = (wg - 1) * 64 * 128
@@ -380,35 +401,90 @@ def accumulator_registers(acc: np.ndarray) -> np.ndarray:
     return acc[16 * w + lane // 4 + 8 * ((i // 2) % 2), 8 * (i // 4) + 2 * (lane % 4) + (i % 2)]
 
 
-def wg_emulate(t: WgTile, a, b_rows, m, n, k, smem_start: int = 16):
-    """Every block of the wgmma kernel; b_rows is b [K,N] (nn) or W [N,K] (nt, b = W.T)."""
+def wg_emulate(t: WgTile, a, b_rows, m, n, k, smem_start: int = 16, grid: int | None = None):
+    """Every cluster of the wgmma kernel, in turn; b_rows is b [K,N] (nn) or W [N,K] (nt, b = W.T). grid: the blocks
+    launched (default WG_CLUSTER a cluster tile); cluster g (blocks g * WG_CLUSTER + rank) computes cluster tiles g,
+    g + grid / WG_CLUSTER, ... on its shared-memory rings, as the kernel's persistent loop does (WG_PERSISTENT)."""
     base = (smem_start + 1023) & ~1023  # the kernel's round-up of the dynamic shared-memory start
-    smem = np.full((base + t.stages * t.stage_bytes) // 2, np.nan)
+    ctiles = -(-m // (t.cluster * t.bm)) * -(-n // t.bn)
+    clusters = ctiles if grid is None else grid // t.cluster
+    assert grid is None or grid % t.cluster == 0, "the grid is whole clusters"
     out = np.full((m, n), np.nan)
     ktiles = -(-k // WG_BK)
-    for block in range(-(-m // t.bm) * -(-n // t.bn)):
-        bm, bn = t.block_origin(block, m, n)
-        acc = {1: np.zeros((64, t.bn)), 2: np.zeros((64, t.bn))}
-        for kt in range(ktiles):
-            t.produce(smem, base, kt, a, b_rows, bm, bn)
+    for first in range(clusters):
+        # each block its own shared memory: the ring, then the output tile
+        smems = [np.full((base + t.stages * t.stage_bytes + t.out_bytes) // 2, np.nan) for _ in range(t.cluster)]
+        it = 0
+        for ct in range(first, ctiles, clusters):
+            _wg_emulate_tile(t, smems, base, it, a, b_rows, m, n, ktiles, ct, out)
+            it += ktiles
+    return out
+
+
+def _wg_emulate_tile(t: WgTile, smems, base, it, a, b_rows, m, n, ktiles, ct, out):
+    row0, bn = t.cluster_origin(ct, m, n)
+    acc = {(rank, wg): np.zeros((64, t.bn)) for rank in range(t.cluster) for wg in (1, 2)}
+    for kt in range(ktiles):
+        for rank in range(t.cluster):  # every CTA's copies land before any consumer reads (the full barrier)
+            t.produce(smems, rank, base, it + kt, kt, a, b_rows, row0 + rank * t.bm, bn)
+        for rank in range(t.cluster):
             for wg in (1, 2):
-                t.consume(smem, base, kt, wg, acc[wg])
-        for wg in (1, 2):  # epilogue, as in the kernel
+                t.consume(smems[rank], base, it + kt, wg, acc[rank, wg])
+    for rank in range(t.cluster):
+        _wg_epilogue(t, smems[rank], base, {wg: acc[rank, wg] for wg in (1, 2)}, row0 + rank * t.bm, bn, m, n, out)
+
+
+def _wg_epilogue(t: WgTile, smem, base, acc, bm, bn, m, n, out):
+    if t.tma_store:
+        _wg_store_tile_tma(t, smem, base + t.stages * t.stage_bytes, acc, bm, bn, out)
+        return
+    for wg in (1, 2):  # epilogue, as in the kernel
+        regs = accumulator_registers(acc[wg])
+        for warp in range(4):
+            for lane in range(32):
+                row0 = bm + (wg - 1) * 64 + warp * 16 + (lane >> 2)
+                for j in range(t.bn // 8):
+                    col = bn + 8 * j + 2 * (lane & 3)
+                    for h in range(2):
+                        row = row0 + 8 * h
+                        if row >= m or col >= n:
+                            continue
+                        assert np.isnan(out[row, col]), "an output element is written twice"
+                        out[row, col] = regs[warp, lane, 4 * j + 2 * h]
+                        if col + 1 < n:
+                            out[row, col + 1] = regs[warp, lane, 4 * j + 2 * h + 1]
+
+
+def _wg_store_tile_tma(t: WgTile, smem, out_buf, acc, bm, bn, out):
+    """store_tile_tma: per pass, each thread's pairs of the pass's WG_STORE_COLS columns into the shared buffer at the
+    kernel's hand-swizzled addresses, then the TMA stores of its 64 x 64 boxes a warpgroup (modelled with the
+    hardware's swizzle, bounds-clipped)."""
+    before = out.copy()
+    for pass_ in range(t.split):
+        smem[out_buf // 2:(out_buf + t.out_bytes) // 2] = np.nan  # a pass may not rely on the last one's values
+        written = np.zeros(t.out_bytes // 2, dtype=int)
+        for wg in (1, 2):
+            buf = out_buf + (wg - 1) * (t.out_bytes // 2)
             regs = accumulator_registers(acc[wg])
             for warp in range(4):
                 for lane in range(32):
-                    row0 = bm + (wg - 1) * 64 + warp * 16 + (lane >> 2)
-                    for j in range(t.bn // 8):
-                        col = bn + 8 * j + 2 * (lane & 3)
+                    r = warp * 16 + (lane >> 2)
+                    for jj in range(t.store_cols // 8):
+                        j = pass_ * (t.store_cols // 8) + jj
+                        chunk = ((jj % 8) ^ (lane >> 2)) * 16 + 4 * (lane & 3)
                         for h in range(2):
-                            row = row0 + 8 * h
-                            if row >= m or col >= n:
-                                continue
-                            assert np.isnan(out[row, col]), "an output element is written twice"
-                            out[row, col] = regs[warp, lane, 4 * j + 2 * h]
-                            if col + 1 < n:
-                                out[row, col + 1] = regs[warp, lane, 4 * j + 2 * h + 1]
-    return out
+                            addr = buf + (jj // 8) * 8192 + (r + 8 * h) * 128 + chunk
+                            for e in range(2):
+                                smem[(addr + 2 * e) // 2] = regs[warp, lane, 4 * j + 2 * h + e]
+                                written[(addr + 2 * e - out_buf) // 2] += 1
+        assert (written == 1).all(), "the warpgroups' stores must cover the shared buffer exactly once a pass"
+        for wg in (1, 2):
+            buf = out_buf + (wg - 1) * (t.out_bytes // 2)
+            for b in range(t.store_cols // 64):
+                tma_store(smem, buf + b * 8192, out, bn + pass_ * t.store_cols + 64 * b, bm + (wg - 1) * 64, 64, 64)
+    changed = ~np.isnan(out) & np.isnan(before)
+    assert not (~np.isnan(before) & (out != before)).any(), "an output element is written twice"
+    assert changed.sum() == max(0, min(t.bm, out.shape[0] - bm)) * min(t.bn, out.shape[1] - bn)
 
 
 WG_CASES = [  # (WG_TILE, M, N, K): ragged in every dimension, several blocks and K slices
@@ -420,14 +496,19 @@ WG_CASES = [  # (WG_TILE, M, N, K): ragged in every dimension, several blocks an
 ]
 
 
+@pytest.mark.parametrize(("tma_store", "split"), [(False, 1), (True, 1), (True, 2)],
+                         ids=["direct_store", "tma_store", "tma_store_split2"])
+@pytest.mark.parametrize(("cluster", "grid"), [(1, None), (1, 1), (1, 2), (2, None), (2, 2), (2, 4)],
+                         ids=["block_a_tile", "persistent_1", "persistent_2", "cluster2", "cluster2_persistent_1",
+                              "cluster2_persistent_2"])
 @pytest.mark.parametrize("kmajor", [False, True], ids=["b_rowmajor_nn", "b_kmajor_nt"])
 @pytest.mark.parametrize(("wg_tile", "m", "n", "k"), WG_CASES)
-def test_wgmma_emulated_kernel_computes_a_matmul(wg_tile, m, n, k, kmajor):
+def test_wgmma_emulated_kernel_computes_a_matmul(wg_tile, m, n, k, kmajor, grid, tma_store, split, cluster):
     rng = np.random.default_rng(1)
     a = rng.integers(-4, 5, size=(m, k)).astype(np.float64)
     b = rng.integers(-4, 5, size=(k, n)).astype(np.float64)
-    t = WgTile(wg_tile, kmajor, stages=3, group_m=2)
-    out = wg_emulate(t, a, np.ascontiguousarray(b.T) if kmajor else b, m, n, k)
+    t = WgTile(wg_tile, kmajor, stages=3, group_m=2, tma_store=tma_store, store_split=split, cluster=cluster)
+    out = wg_emulate(t, a, np.ascontiguousarray(b.T) if kmajor else b, m, n, k, grid=grid)
     assert not np.isnan(out).any(), "some output element was never written"
     np.testing.assert_array_equal(out, a @ b)
 
@@ -453,76 +534,102 @@ def test_wgmma_descriptors_follow_the_canonical_layouts_element_by_element():
     assert (d >> 46) & 0xFFFF == 0  # bits 46-61 clear: base offset 0, nothing between SBO and the swizzle mode
 
 
+@pytest.mark.parametrize("cluster", [1, 2])
 @pytest.mark.parametrize("stages", [2, 3, 4])
-@pytest.mark.parametrize("ktiles", [1, 2, 5, 9])
-@pytest.mark.parametrize("seed", range(4))
-def test_wgmma_mbarrier_ring_under_random_interleavings(stages, ktiles, seed):
-    """Producer and 8 consumer warps step in random order with the kernel's parities: full[s] (count 1 + tx), empty[s]
-    (count 8); a consumer must read slice kt from stage kt % S, the producer must never overwrite a stage still read,
-    and nothing deadlocks. A phase completes when its arrivals reach the count (TMA bytes land at once here)."""
+@pytest.mark.parametrize(("ktiles", "tiles"), [(1, 1), (2, 1), (5, 1), (9, 1), (1, 4), (2, 3), (5, 3)])
+@pytest.mark.parametrize("seed", range(3))
+def test_wgmma_mbarrier_ring_under_random_interleavings(stages, ktiles, tiles, seed, cluster):
+    """The producers and 8 consumer warps of each CTA of a cluster step in random order with the kernel's parities.
+    full[c][s] completes when CTA c's producer has armed it (count 1) and every producer's copy of the slice has
+    landed in c (multicast: the B parts of all CTAs, tx bytes); empty[c][s] counts 8 x cluster arrivals (every
+    consumer warp frees a stage in every CTA, since each producer writes into all of them). A consumer must read slice
+    it from stage it % S with every part in place, no producer may write a stage any CTA's wgmma may still read, and
+    nothing deadlocks. tiles: the tiles one block computes (the persistent loop): `it` runs on over them, and each
+    tile's last slice is released after its wgmma.wait_group 0, before the epilogue."""
+    total = ktiles * tiles
+    ctas = range(cluster)
     rng = np.random.default_rng(seed)
-    phase = {("full", s): 0 for s in range(stages)} | {("empty", s): 0 for s in range(stages)}
-    pending = dict.fromkeys(phase, 0)
-    count = {("full", s): 1 for s in range(stages)} | {("empty", s): 8 for s in range(stages)}
-    holds = {}  # stage -> slice in it
-    reading = {s: set() for s in range(stages)}  # stage -> consumer warps whose wgmma may still read it
+    phase = {(c, kind, s): 0 for c in ctas for kind in ("full", "empty") for s in range(stages)}
+    pending = {bar: set() for bar in phase}  # the contributions of the current phase so far
+    need = {(c, kind, s): ({"armed"} | {("copy", p) for p in ctas}) if kind == "full"
+            else {(d, w) for d in ctas for w in range(8)} for (c, kind, s) in phase}
+    holds = {(c, s): {} for c in ctas for s in range(stages)}  # CTA c's stage s: producer p's part -> slice
+    reading = {(c, s): set() for c in ctas for s in range(stages)}  # consumer warps whose wgmma may still read it
 
-    def arrive(bar):
-        pending[bar] += 1
-        if pending[bar] == count[bar]:
-            pending[bar], phase[bar] = 0, phase[bar] + 1
+    def arrive(bar, what):
+        assert what not in pending[bar], f"{what} arrives twice on {bar} in one phase"
+        pending[bar].add(what)
+        if pending[bar] == need[bar]:
+            pending[bar], phase[bar] = set(), phase[bar] + 1
 
     def done(bar, parity):  # try_wait.parity P succeeds while the current (incomplete) phase's parity is not P
         return phase[bar] % 2 != parity
 
-    prod = 0
-    cons = [0] * 8  # next slice each consumer warp waits for
-    released = [0] * 8  # slices each warp has released
+    def free(c, w, s):  # lane 0 of warp w of CTA c frees stage s in every CTA (mbar_arrive + mbar_arrive_cluster)
+        reading[c, s].discard(w)
+        for d in ctas:
+            arrive((d, "empty", s), (c, w))
+
+    prod = [0] * cluster
+    cons = {(c, w): 0 for c in ctas for w in range(8)}  # next slice each consumer warp waits for
+    released = dict.fromkeys(cons, 0)
     steps = 0
-    while prod < ktiles or min(cons) < ktiles:
+    while min(prod) < total or min(cons.values()) < total:
         steps += 1
-        assert steps < 10000, "deadlock"
-        actor = rng.integers(0, 9)
-        if actor == 8:
-            if prod < ktiles:
-                s = prod % stages
-                if prod < stages or done(("empty", s), ((prod // stages) - 1) & 1):
-                    assert not reading[s], "the producer overwrites a stage a wgmma may still read"
-                    assert prod < stages or phase[("empty", s)] == prod // stages, "parity wait is ambiguous"
-                    holds[s] = prod
-                    arrive(("full", s))
-                    prod += 1
+        assert steps < 40000, "deadlock"
+        actor = int(rng.integers(0, 9 * cluster))
+        c, w = divmod(actor, 9)
+        if w == 8:  # CTA c's producer
+            it = prod[c]
+            if it < total:
+                s = it % stages
+                if it < stages or done((c, "empty", s), ((it // stages) - 1) & 1):
+                    assert it < stages or phase[c, "empty", s] == it // stages, "parity wait is ambiguous"
+                    arrive((c, "full", s), "armed")
+                    for d in ctas:  # its A part (own CTA) and its B part (every CTA) land
+                        assert not reading[d, s], "a producer overwrites a stage a wgmma may still read"
+                        holds[d, s][c] = it
+                        arrive((d, "full", s), ("copy", c))
+                    prod[c] += 1
             continue
-        w = actor
-        kt = cons[w]
-        if kt >= ktiles:
+        it = cons[c, w]
+        if it >= total:
             continue
-        s = kt % stages
-        if not done(("full", s), (kt // stages) & 1):
+        s = it % stages
+        if not done((c, "full", s), (it // stages) & 1):
             continue
-        assert holds[s] == kt, "a consumer reads the wrong slice"
-        assert phase[("full", s)] == kt // stages + 1, "parity wait is ambiguous (barrier two phases ahead)"
-        reading[s].add(w)
-        # wgmma.wait_group 1: the previous slice's wgmma have completed; lane 0 releases its stage
-        if kt > 0:
-            reading[(kt - 1) % stages].discard(w)
-            arrive(("empty", (kt - 1) % stages))
-            released[w] += 1
-        cons[w] += 1
-    assert prod == ktiles and cons == [ktiles] * 8
+        assert holds[c, s] == dict.fromkeys(ctas, it), "a consumer reads a stage not wholly holding its slice"
+        assert phase[c, "full", s] == it // stages + 1, "parity wait is ambiguous (barrier two phases ahead)"
+        reading[c, s].add(w)
+        # wgmma.wait_group 1: the previous slice's wgmma have completed; lane 0 frees its stage (not across tiles:
+        # the previous tile's last slice was freed after its wait_group 0)
+        if it % ktiles > 0:
+            free(c, w, (it - 1) % stages)
+            released[c, w] += 1
+        if it % ktiles == ktiles - 1:  # the tile's last slice: wait_group 0, free it, epilogue
+            free(c, w, s)
+            released[c, w] += 1
+        cons[c, w] += 1
+    assert prod == [total] * cluster and set(cons.values()) == {total} and set(released.values()) == {total}
 
 
 def test_every_wgmma_search_space_point_fits_shared_memory():
     original = dict(MODULE.CONFIG)
     try:
-        for wg_tile in MODULE.SEARCH_SPACE["WG_TILE"]:
-            for stages in MODULE.SEARCH_SPACE["WG_STAGES"]:
-                MODULE.CONFIG.update(WG_TILE=wg_tile, WG_STAGES=stages)
-                d = MODULE._defines()
-                assert 2 <= d["WG_STAGES"] <= stages and (d["WG_BM"], d["WG_BN"]) == MODULE._wg_tile()
-                assert MODULE._wg_shared() == d["WG_STAGES"] * MODULE._wg_stage_bytes() + 2048 <= 227 * 1024
-                # the barriers (16 bytes a stage) fit the slack left after the 1 KiB round-up
-                assert 1023 + d["WG_STAGES"] * (MODULE._wg_stage_bytes()) + 16 * d["WG_STAGES"] <= MODULE._wg_shared()
+        for wg_tile, stages, tma_store, split in itertools.product(
+                MODULE.SEARCH_SPACE["WG_TILE"], MODULE.SEARCH_SPACE["WG_STAGES"], MODULE.SEARCH_SPACE["WG_TMA_STORE"],
+                MODULE.SEARCH_SPACE["WG_STORE_SPLIT"]):
+            MODULE.CONFIG.update(WG_TILE=wg_tile, WG_STAGES=stages, WG_TMA_STORE=tma_store, WG_STORE_SPLIT=split)
+            d = MODULE._defines()
+            bm, bn = MODULE._wg_tile()
+            out_bytes = bm * bn * 2 // split if tma_store else 0
+            assert bn // split % 64 == 0, "a pass stores whole 64-column boxes"
+            assert 2 <= d["WG_STAGES"] <= stages and (d["WG_BM"], d["WG_BN"]) == (bm, bn)
+            assert d["WG_TMA_STORE"] == int(tma_store) and d["WG_STORE_SPLIT"] == split
+            assert MODULE._wg_shared() == d["WG_STAGES"] * MODULE._wg_stage_bytes() + out_bytes + 2048 <= 227 * 1024
+            # the output tile and the barriers (16 bytes a stage) fit the slack left after the 1 KiB round-up
+            assert 1023 + d["WG_STAGES"] * MODULE._wg_stage_bytes() + out_bytes + 16 * d["WG_STAGES"] <= \
+                MODULE._wg_shared()
     finally:
         MODULE.CONFIG.clear()
         MODULE.CONFIG.update(original)
@@ -532,24 +639,47 @@ def test_every_wgmma_search_space_point_fits_shared_memory():
 def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     assert kernel.startswith("matmul_wgmma_"), kernel
     kmajor = kernel.endswith("_nt")
-    out, map_a, map_b = args[:3]
-    m, n, k = (v.value for v in args[3:])
+    out, map_a, map_b, map_out = args[:4]
+    m, n, k = (v.value for v in args[4:])
     bm, bn = MODULE._wg_tile()
-    assert tuple(grid) == (-(-m // bm) * -(-n // bn),) and tuple(block) == (384,)
+    cluster = MODULE.CONFIG["WG_CLUSTER"]
+    ctiles = -(-m // (cluster * bm)) * -(-n // bn)
+    clusters = min(ctiles, FAKE_SMS // cluster) if MODULE.CONFIG["WG_PERSISTENT"] else ctiles
+    assert tuple(grid) == (clusters * cluster,) and tuple(block) == (384,)
     assert shared_mem == MODULE._wg_shared() <= 227 * 1024
     assert map_a.box == (bm, 64) and map_a.rows.shape == (m, k) and map_a.swizzle == map_b.swizzle == 128
-    assert map_b.box == ((bn, 64) if kmajor else (64, 64))
+    assert map_b.box == ((bn // cluster, 64) if kmajor else (64, 64))
     assert map_b.rows.shape == ((n, k) if kmajor else (k, n))
-    tile = WgTile(MODULE.CONFIG["WG_TILE"], kmajor, MODULE._wg_stages(), MODULE.CONFIG["GROUP_M"])
-    out.copy_(torch.from_numpy(wg_emulate(tile, map_a.rows, map_b.rows, m, n, k)))
+    tma_store = MODULE.CONFIG["WG_TMA_STORE"] and n % 8 == 0  # else no map: the kernel stores from registers
+    assert (map_out is not None) == tma_store
+    if tma_store:
+        assert map_out.box == (64, 64) and map_out.swizzle == 128 and map_out.rows.shape == (m, n)
+    tile = WgTile(MODULE.CONFIG["WG_TILE"], kmajor, MODULE._wg_stages(), MODULE.CONFIG["GROUP_M"], tma_store,
+                  MODULE.CONFIG["WG_STORE_SPLIT"], cluster)
+    out.copy_(torch.from_numpy(wg_emulate(tile, map_a.rows, map_b.rows, m, n, k, grid=grid[0])))
 
 
+FAKE_SMS = 2  # the persistent launch's SM count on the CPU: fewer blocks than tiles in (130, 72, 264) at 128x128
+
+
+@pytest.mark.parametrize(("persistent", "tma_store", "split", "cluster"),
+                         [(False, False, 1, 1), (True, False, 1, 1), (True, True, 1, 1), (False, True, 2, 1),
+                          (True, True, 2, 2), (False, False, 1, 2)],
+                         ids=["block_a_tile", "persistent", "persistent_tma_store", "tma_store_split2",
+                              "persistent_tma_store_split2_cluster2", "cluster2"])
 @pytest.mark.parametrize("wg_tile", ["128x256", "128x128"])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-@pytest.mark.parametrize("shape", [(64, 96, 80), (33, 40, 17), (1, 17, 31), (7, 1, 13), (130, 72, 264)])
-def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_tile):
+@pytest.mark.parametrize("shape", [(64, 96, 80), (33, 40, 17), (1, 17, 31), (7, 1, 13), (130, 72, 264), (300, 520, 72),
+                                   (520, 72, 300)])
+def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_tile, persistent, tma_store, split,
+                                                  cluster):
     monkeypatch.setitem(MODULE.CONFIG, "VARIANT", "wgmma")
     monkeypatch.setitem(MODULE.CONFIG, "WG_TILE", wg_tile)
+    monkeypatch.setitem(MODULE.CONFIG, "WG_PERSISTENT", persistent)
+    monkeypatch.setitem(MODULE.CONFIG, "WG_TMA_STORE", tma_store)
+    monkeypatch.setitem(MODULE.CONFIG, "WG_STORE_SPLIT", split)
+    monkeypatch.setitem(MODULE.CONFIG, "WG_CLUSTER", cluster)
+    monkeypatch.setattr(MODULE, "_sm_count", lambda device: FAKE_SMS)
     monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
     monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: (arch == "sm_90a" or pytest.fail(arch))
                         and name)
@@ -575,7 +705,7 @@ def test_wgmma_falls_back_to_mma_off_sm90_and_without_tensor_maps(monkeypatch):
     MODULE.kernel_fn(a, a)  # a CPU tensor: _wgmma_arch is None
     assert launched == ["matmul_mma_bf16_nn"]
 
-    def refuse(t, box, swizzle=128):
+    def refuse(t, box, swizzle=128, l2_promotion=256):
         raise MODULE.nvrtc.TensorMapError("cuda.bindings is not installed")
 
     monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
@@ -597,11 +727,14 @@ CUOBJDUMP = Path(cuobjdump() or "/nonexistent/cuobjdump")
 
 
 @pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not installed")
+@pytest.mark.parametrize(("tma_store", "split", "cluster"), [(False, 1, 1), (True, 1, 1), (True, 2, 1), (True, 2, 2)],
+                         ids=["direct_store", "tma_store", "tma_store_split2", "tma_store_split2_cluster2"])
 @pytest.mark.parametrize("wg_tile", ["128x256", "128x128"])
-def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_tile):
+def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_tile, tma_store, split, cluster):
     from autokernel_ci import nvrtc
 
-    source, defines, names, arch = hopper_build(MODULE, WG_TILE=wg_tile)
+    source, defines, names, arch = hopper_build(MODULE, WG_TILE=wg_tile, WG_TMA_STORE=tma_store,
+                                                WG_STORE_SPLIT=split, WG_CLUSTER=cluster)
     assert arch == "sm_90a"
     cubin = tmp_path / "matmul.cubin"
     result = nvrtc.compile_check(source, arch, defines=defines, source_name="matmul.cu", ptxas_verbose=True,
@@ -622,3 +755,9 @@ def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_ti
         assert (hgmma + ".BF16" in body) if "bf16" in name else (hgmma + " " in body)
         assert ("tnspB" in body) == name.endswith("_nn"), "N-major B is read through the transpose bit only"
         assert "UTMALDG.2D" in body and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
+        assert ("UTMASTG.2D" in body) == tma_store, "the epilogue's TMA store is compiled in exactly when asked for"
+        assert ("UTMALDG.2D.MULTICAST" in body) == (cluster > 1), "B is multicast exactly in a cluster"
+        # No memory barrier in the mainloop: a cluster-scope release on the remote stage arrival compiled to
+        # MEMBAR.ALL.GPU there and made the clustered kernel 45% slower on the H200 (ncu: membar stalls).
+        mainloop = body[body.index("HGMMA"):body.index("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
+        assert "MEMBAR" not in mainloop and ("SYNCS.ARRIVE.TRANS64.RED" in mainloop) == (cluster > 1)
