@@ -41,6 +41,8 @@
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
 #   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
+#   reduce2: the Triton reduce's EVICT_FIRST points checked on every set and timed twice.
+#   evict: EVICT_FIRST on softmax, rmsnorm, layernorm, cross entropy, rotary (Triton), checked + timed; reduce's default.
 #   aftereffect: benchmarks/profiler_aftereffect.py (harness timings before / after a profiler session).
 #   descriptors: the tensor-descriptor (TMA) variants of matmul / fused_mlp / flash attention checked on
 #          every shape set and timed (bf16; matmul also fp16 on the GPT-2 shape), the reduce CONFIG
@@ -295,6 +297,22 @@ case "${1:-check}" in
     matmul_gpu_tests
     cuda_matmul_variants benchmarks/variants/cuda_matmul_cluster.json
     step 200 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --out "$out/bf16"
+    ;;
+  reduce2)  # the Triton reduce with EVICT_FIRST (streamed loads marked first for L2 eviction), checked on every set
+    # and timed twice (the default point first and last: the first point of a run times fastest on a cool GPU)
+    for run in 1 2; do
+      step 120 "variants_reduce_$run" python3 benchmarks/variants_gpu.py reduce --backend triton \
+        --variants benchmarks/variants/reduce_evict.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/reduce_$run"
+    done
+    ;;
+  evict)  # EVICT_FIRST on the other memory-bound Triton starters (alternating with the default: the first points of
+    # a run time fastest), each point checked on every set; the reduce's new default against the old policy
+    for type in softmax rmsnorm layernorm cross_entropy rotary_embedding; do
+      step 90 "variants_$type" python3 benchmarks/variants_gpu.py "$type" --backend triton \
+        --variants benchmarks/variants/evict_first.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/$type"
+    done
+    step 90 variants_reduce python3 benchmarks/variants_gpu.py reduce --backend triton \
+      --variants benchmarks/variants/reduce_evict_default.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/reduce"
     ;;
   aftereffect)  # does verification's profiler session slow the timings after it? (see the script's docstring)
     step 200 profiler_aftereffect python3 benchmarks/profiler_aftereffect.py --out "$out"

@@ -13,21 +13,26 @@ import triton.language as tl
 
 KERNEL_TYPE = "layernorm"
 BACKEND = "triton"
-CONFIG = {"VARIANT": "auto", "MAX_BLOCK": 16384, "LOOP_BLOCK": 4096, "ROWS": 4, "num_warps": 8}
+CONFIG = {"VARIANT": "auto", "MAX_BLOCK": 16384, "LOOP_BLOCK": 4096, "ROWS": 4, "num_warps": 8, "EVICT_FIRST": True}
 SEARCH_SPACE = {
     "VARIANT": ["auto", "row", "multirow", "looped"],
     "MAX_BLOCK": [8192, 16384, 32768],
     "LOOP_BLOCK": [1024, 2048, 4096, 8192],
     "ROWS": [2, 4, 8, 16],
     "num_warps": [4, 8, 16],
+    "EVICT_FIRST": [False, True],
 }
+# EVICT_FIRST ("row" and "multirow", which read x once): x's loads are marked first for L2 eviction ("looped" reads
+# x twice and keeps the default policy so its second pass can hit L2). On the H200 (bf16 8192 x 4096, round
+# `evict`, alternating points): 39.3 / 39.0 us against 39.5 / 40.1 us without (1.5%).
 
 # "auto" packs rows narrower than this (a 768-wide bf16 row is 1.5 KB: too little work per program).
 _MULTIROW_BELOW = 2048
 
 
 @triton.jit
-def _layernorm_row(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_stride, y_stride, eps, BLOCK: tl.constexpr):
+def _layernorm_row(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_stride, y_stride, eps, BLOCK: tl.constexpr,
+                   EVICTION: tl.constexpr = ""):
     row = tl.program_id(0).to(tl.int64)
     cols = tl.arange(0, BLOCK)
     mask = cols < n_cols
@@ -35,7 +40,7 @@ def _layernorm_row(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_stride, y_strid
     # the sum stays O(sqrt(N) * std) and the mean keeps its digits at mean 1000 / std 1 (unshifted,
     # the fp32 sum of 256 values ~2.6e5 loses 6e-5 of the mean: 3.4e-5 relative error measured).
     x0 = tl.load(x_ptr + row * x_stride).to(tl.float32)
-    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + row * x_stride + cols, mask=mask, other=0.0, eviction_policy=EVICTION).to(tl.float32)
     xs = tl.where(mask, x - x0, 0.0)
     d = tl.where(mask, xs - tl.sum(xs, axis=0) / n_cols, 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=0) / n_cols + eps)
@@ -46,12 +51,13 @@ def _layernorm_row(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_stride, y_strid
 
 @triton.jit
 def _layernorm_multirow(x_ptr, w_ptr, b_ptr, y_ptr, n_rows, n_cols, x_stride, y_stride, eps,
-                        ROWS: tl.constexpr, BLOCK: tl.constexpr):
+                        ROWS: tl.constexpr, BLOCK: tl.constexpr, EVICTION: tl.constexpr = ""):
     rows = tl.program_id(0).to(tl.int64) * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK)
     mask = (rows[:, None] < n_rows) & (cols[None, :] < n_cols)
     x0 = tl.load(x_ptr + rows * x_stride, mask=rows < n_rows, other=0.0).to(tl.float32)  # shift, see row
-    x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0).to(tl.float32)
+    x = tl.load(x_ptr + rows[:, None] * x_stride + cols[None, :], mask=mask, other=0.0,
+                eviction_policy=EVICTION).to(tl.float32)
     xs = tl.where(mask, x - x0[:, None], 0.0)
     d = tl.where(mask, xs - (tl.sum(xs, axis=1) / n_cols)[:, None], 0.0)
     rstd = 1.0 / tl.sqrt(tl.sum(d * d, axis=1) / n_cols + eps)
@@ -104,13 +110,15 @@ def _launch(x2, w, b, y2, eps, cfg):
         variant = "looped"  # a wider row does not fit in registers: stream it
     args = (x2, w, b, y2, n_rows, n_cols, x2.stride(0), y2.stride(0), float(eps))
     warps = cfg["num_warps"]
+    evict = "evict_first" if cfg["EVICT_FIRST"] else ""  # the loads' eviction_policy
     if variant == "looped":
         _layernorm_looped[(n_rows,)](*args, BLOCK=min(cfg["LOOP_BLOCK"], block), num_warps=warps)
     elif variant == "multirow":
         rows = max(1, min(cfg["ROWS"], cfg["MAX_BLOCK"] // block))
-        _layernorm_multirow[(triton.cdiv(n_rows, rows),)](*args, ROWS=rows, BLOCK=block, num_warps=warps)
+        _layernorm_multirow[(triton.cdiv(n_rows, rows),)](*args, ROWS=rows, BLOCK=block, num_warps=warps,
+                            EVICTION=evict)
     else:
-        _layernorm_row[(n_rows,)](*args, BLOCK=block, num_warps=warps)
+        _layernorm_row[(n_rows,)](*args, BLOCK=block, num_warps=warps, EVICTION=evict)
 
 
 def kernel_fn(x, weight, bias, eps):

@@ -203,18 +203,23 @@ def _variant_cases() -> list:
     out = []
     for t in TYPES:
         kf = kernelfile.load(KERNELS_DIR / f"{t}.py")
-        for variant in kf.search_space.get("VARIANT", []):
-            out.append(pytest.param(t, variant, id=f"{t}-{variant}"))
+        for variant in kf.search_space.get("VARIANT", [kf.config.get("VARIANT")]):
+            # the load policy is a second axis: every variant with and without it where the type has one
+            for evict in kf.search_space.get("EVICT_FIRST", [None]):
+                point = {k: v for k, v in (("VARIANT", variant), ("EVICT_FIRST", evict)) if v is not None}
+                if point:
+                    out.append(pytest.param(t, point, id=f"{t}-" + "-".join(f"{k}={v}" for k, v in point.items())))
     return out
 
 
-@pytest.mark.parametrize(("kernel_type", "variant"), _variant_cases())
-def test_every_variant_on_cpu_and_edge_shapes(kernel_type: str, variant: str) -> None:
-    """Each algorithm variant is correct on its own (the shape may still redirect it, e.g. wide rows)."""
+@pytest.mark.parametrize(("kernel_type", "point"), _variant_cases())
+def test_every_variant_on_cpu_and_edge_shapes(kernel_type: str, point: dict) -> None:
+    """Each algorithm variant (and load policy) is correct on its own (the shape may still redirect it, e.g. wide
+    rows)."""
     module = _module(kernel_type)
     spec = get_spec(kernel_type)
     saved = module.CONFIG
-    module.CONFIG = {**saved, "VARIANT": variant}  # kernel_fn reads the module's CONFIG on every call
+    module.CONFIG = {**saved, **point}  # kernel_fn reads the module's CONFIG on every call
     try:
         for shape in spec.shapes("cpu", "edge"):
             dtype = spec.dtypes[-1]
@@ -314,6 +319,15 @@ SM90_KERNELS = [
     ("reduce", "_sum_row", "bf16", {"BLOCK": 8192}),
     ("reduce", "_sum_multirow", "bf16", {"ROWS": 8, "BLOCK": 1024}),
     ("reduce", "_sum_looped", "bf16", {"BLOCK": 4096}),
+    ("reduce", "_sum_row", "bf16", {"BLOCK": 8192, "EVICTION": "evict_first", "_ID": "evict_first"}),
+    ("reduce", "_sum_looped", "bf16", {"BLOCK": 2048, "EVICTION": "evict_first", "_ID": "evict_first"}),
+    ("softmax", "_softmax_row", "bf16", {"BLOCK": 8192, "EVICTION": "evict_first", "_ID": "evict_first"}),
+    ("rmsnorm", "_rmsnorm_multirow", "bf16", {"ROWS": 4, "BLOCK": 1024, "EVICTION": "evict_first",
+                                              "_ID": "evict_first"}),
+    ("layernorm", "_layernorm_row", "bf16", {"BLOCK": 4096, "EVICTION": "evict_first", "_ID": "evict_first"}),
+    ("cross_entropy", "_ce_row_online", "bf16", {"BLOCK": 4096, "EVICTION": "evict_first", "_ID": "evict_first"}),
+    ("rotary_embedding", "_rope_kernel", "bf16", {"BLOCK_S": 16, "BLOCK_H": 64, "HEADS": 4, "ACC": "fp32",
+                                                  "EVICTION": "evict_first", "_ID": "evict_first"}),
     ("cross_entropy", "_ce_row_online", "bf16", {"BLOCK": 4096}),
     ("cross_entropy", "_ce_row_whole", "bf16", {"BLOCK": 32768}),
     ("cross_entropy", "_ce_mean", "fp32", {"BLOCK": 1024}),
@@ -408,6 +422,8 @@ def compile_sm90(kernel_type: str, kernel_name: str, dtype: str, constexprs: dic
     compiled = triton_compile(ASTSource(fn=fn, signature=signature, constexprs=consts, attrs=attrs),
                               target=GPUTarget("cuda", 90, 32), options={"num_warps": 8, "num_stages": stages})
     assert compiled.asm["cubin"], "no cubin produced"
+    if consts.get("EVICTION") == "evict_first":  # the policy must reach the loads (ld.global.L1::evict_first...)
+        assert "evict_first" in compiled.asm["ptx"], "eviction_policy='evict_first' did not reach the PTX loads"
     return int(compiled.metadata.shared)
 
 
