@@ -921,14 +921,14 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128, l2_pr
     must be unit-stride with a 16-byte aligned base and row stride (TMA's rules); else TensorMapError.
     l2_promotion (one of L2_PROMOTIONS): how many bytes around each request the L2 fetches from DRAM.
 
-    Cached by everything the map encodes (device, address, shape, row stride, dtype, box, swizzle), so a repeated
-    call costs a dict lookup: no encode, no copy. A new map goes to the device by a 128-byte copy on torch's
+    Cached by everything the map encodes (device, address, shape, row stride, dtype, box, swizzle, L2 promotion), so
+    a repeated call costs a dict lookup: no encode, no copy. A new map goes to the device by a 128-byte copy on torch's
     current stream (ordered before the kernel that reads it; no device-wide sync); a later caller on another
     stream waits for that copy and marks the bytes used by its stream, so eviction cannot recycle them under its
     kernels. 64-byte aligned, as the driver requires. Refused during CUDA graph capture (the caller falls back).
     """
     rows, cols, stride, box_rows, box_cols = tensor_map_layout(t, box, swizzle)
-    if l2_promotion not in L2_PROMOTIONS:
+    if type(l2_promotion) is not int or l2_promotion not in L2_PROMOTIONS:
         raise TensorMapError(f"l2_promotion={l2_promotion} is not one of {L2_PROMOTIONS} (bytes)")
     if t.device.type != "cuda":
         raise TensorMapError(f"tensor maps describe CUDA memory, got a tensor on {t.device}")

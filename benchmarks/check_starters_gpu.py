@@ -153,17 +153,19 @@ class Baselines:
         self.use_compile = use_compile
         self._compiled: dict[str, Callable] = {}
         self._cache: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
-        self._copies: dict[int, float] = {}
+        self._copies: dict[tuple[str, int], float] = {}
 
     def copy_us(self, nbytes: int, device: str, warmup: int, rep: int) -> float:
         """A plain copy of nbytes / 2 bytes (nbytes read + written): the bandwidth a kernel moving nbytes can reach at
-        this size, launch and ramp included, next to the large-copy ceiling."""
-        if nbytes not in self._copies:
+        this size, launch and ramp included, next to the large-copy ceiling (half of it writes: a kernel that mostly
+        reads may beat it)."""
+        key = (str(device), int(nbytes))
+        if key not in self._copies:
             src = torch.empty(int(nbytes) // 2, dtype=torch.uint8, device=device)  # byte models are floats
             dst = torch.empty_like(src)
-            self._copies[nbytes] = _bench(lambda: dst.copy_(src), warmup, rep)
+            self._copies[key] = _bench(lambda: dst.copy_(src), warmup, rep)
             del src, dst
-        return self._copies[nbytes]
+        return self._copies[key]
 
     def eager(self, kernel_type: str) -> Callable:
         return get_spec(kernel_type).eager_fn()  # the eager code a user runs today (KernelSpec.eager)

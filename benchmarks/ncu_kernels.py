@@ -57,6 +57,9 @@ def main(argv: list[str] | None = None) -> int:
         paths[f"{last} {json.dumps(args.config)}"] = variant
     for label, path in paths.items():
         cand = loader.load_candidate(path, device=str(device))
+        if isinstance(cand, loader.LoadFailure):
+            print(f"{label}: {path} did not load: {cand}", file=sys.stderr)
+            return 1
         calls[label] = lambda c=cand: c.fn(*inputs)
     for fn in calls.values():
         for _ in range(WARMUP):

@@ -355,7 +355,7 @@ def test_tensor_map_rules_are_checked_before_the_driver(make, box, swizzle, matc
         nvrtc.tensor_map(make(), box, swizzle=swizzle)
 
 
-@pytest.mark.parametrize("promotion", [32, 512, -1])
+@pytest.mark.parametrize("promotion", [32, 512, -1, 256.0, "256"])
 def test_tensor_map_refuses_an_l2_promotion_the_driver_lacks(promotion):
     with pytest.raises(nvrtc.TensorMapError, match=f"l2_promotion={promotion} is not one of"):
         nvrtc.tensor_map(torch.zeros(64, 64, dtype=torch.bfloat16), (64, 64), l2_promotion=promotion)

@@ -30,7 +30,8 @@ WG_PERSISTENT: one block an SM walks the tiles in grouped order (the ring runs o
 loads the next tile while the consumers store this one). WG_TMA_STORE: the epilogue rounds the accumulators into a
 swizzled shared-memory buffer and TMA stores it (whole sectors; the TMA clips the ragged edges), in WG_STORE_SPLIT
 passes (2: a 32 KiB buffer, leaving room for a fourth stage). WG_CLUSTER 2: two CTAs computing vertically adjacent
-tiles share the B tile through TMA multicast (each loads half; stages freed in both CTAs); correct, but slower here.
+tiles share the B tile through TMA multicast (each loads half; stages freed in both CTAs): 1.5-3% faster at
+K = 11008 and 2-11% slower at K = 4096 on the H200, so off by default.
 """
 
 import math
@@ -54,10 +55,12 @@ BACKEND = "cuda"
 # for both tiles. The default "wgmma" point, 128x256, persistent, TMA-store epilogue in two passes, 4 stages (192 +
 # 32 KiB), measured on the H200 in bf16 at the LLaMA-7B GEMMs (M4096 K4096 N11008 / M4096 K11008 N4096; eager
 # cuBLAS in the same process, benchmarks/variants/cuda_matmul_*.json): 487-554 / 532-539 us = 0.97-1.13x /
-# 0.95-0.97x cuBLAS, against 609-630 / 570-586 us (0.88-0.90x / 0.87-0.89x) for the earlier non-persistent kernel
+# 0.94-0.97x cuBLAS, against 609-630 / 570-586 us (0.88-0.90x / 0.87-0.89x) for the earlier non-persistent kernel
 # with direct stores and 3 stages; persistent alone -1 to -3%, TMA store alone -3 to -6%, both with 3 stages
-# -10 to -17% / -3 to -6%. WG_CLUSTER 2 (B multicast) passes every check but runs 697-737 us (0.70-0.79x); a
-# 128x128 tile 1,092-1,120 us with it. Correct on every shape set in bf16 and fp16. Other GPUs run "mma".
+# -10 to -17% / -3 to -6%. WG_CLUSTER 2 (B multicast) passes every check and runs 532-539 / 524-530 us (the
+# default 487-524 / 538-539 us in the same runs); a 128x128 tile 507-581 us with it. Its first version, with a
+# cluster-scope release on the remote arrival, ran 697-737 us (MEMBAR.ALL.GPU in the mainloop; see
+# nvrtc.mbar_arrive_cluster). Correct on every shape set in bf16 and fp16. Other GPUs run "mma".
 # WG_L2_PROMOTION: bytes the L2 fetches per TMA request (nvrtc.tensor_map); 128 (Triton's choice) measured 1-7%
 # slower than 256 here.
 CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8, "WG_TILE": "128x256",
@@ -562,7 +565,7 @@ __device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_
 
     // Cluster tiles: WG_CLUSTER x 1 block tiles sharing one B panel; this CTA computes the rank-th of them.
     const int ctiles = ((m + WG_CLUSTER * WG_BM - 1) / (WG_CLUSTER * WG_BM)) * ((n + WG_BN - 1) / WG_BN);
-    const int ktiles = (k + WG_BK - 1) / WG_BK;
+    const int ktiles = (k + WG_BK - 1) / WG_BK;  // >= 1: kernel_fn answers k == 0 with zeros and launches nothing
     const unsigned rank = WG_CLUSTER > 1 ? cluster_ctarank() : 0;
     const int first = blockIdx.x / WG_CLUSTER, step = gridDim.x / WG_CLUSTER;  // gridDim.x: a multiple of WG_CLUSTER
 
@@ -629,6 +632,9 @@ __device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_
         const unsigned a_rows = (wg - 1) * 64 * 128;  // this warpgroup's 64 rows of 128 bytes in the A tile
         // Pairs of columns go out as one 4-byte store when n is even (then every even column is 4-byte aligned).
         const bool pairs = (n & 1) == 0;
+        // The thread that issues this warpgroup's TMA stores takes the output map through the tensormap proxy, as the
+        // producer does for its maps (a map's bytes may be reused for another tensor's after nvrtc's cache evicts it).
+        if (WG_TMA_STORE && t == 0 && map_out != nullptr) tensormap_acquire(map_out);
         float acc[WG_BN / 2];
         int it = 0;
         // Frees stage s in every CTA of the cluster (each CTA's producer refills its own and the others' stages).
@@ -887,7 +893,7 @@ def _launch_wgmma(out, a, b):
     kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", limit, arch=arch)
     cluster = CONFIG["WG_CLUSTER"]
     ctiles = math.ceil(m / (cluster * bm)) * math.ceil(n / bn)  # cluster tiles: `cluster` tiles along M sharing B
-    if CONFIG["WG_PERSISTENT"]:  # one block an SM (384 threads x 168+ registers and 146 KiB allow no second)
+    if CONFIG["WG_PERSISTENT"]:  # one block an SM (384 threads x 168+ registers and ~226 KiB allow no second)
         ctiles = min(ctiles, _sm_count(a.device) // cluster)
     nvrtc.launch(kernel, grid=(ctiles * cluster,), block=(384,), shared_mem=_wg_shared(limit),
                  args=(out, map_a, map_b, map_out, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))

@@ -649,6 +649,7 @@ def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     assert shared_mem == MODULE._wg_shared() <= 227 * 1024
     assert map_a.box == (bm, 64) and map_a.rows.shape == (m, k) and map_a.swizzle == map_b.swizzle == 128
     assert map_b.box == ((bn // cluster, 64) if kmajor else (64, 64))
+    assert map_a.l2_promotion == map_b.l2_promotion == MODULE.CONFIG["WG_L2_PROMOTION"]
     assert map_b.rows.shape == ((n, k) if kmajor else (k, n))
     tma_store = MODULE.CONFIG["WG_TMA_STORE"] and n % 8 == 0  # else no map: the kernel stores from registers
     assert (map_out is not None) == tma_store
@@ -694,6 +695,45 @@ def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_
     for name, x, y in _layouts(a, b):
         got = MODULE.kernel_fn(x, y)
         assert torch.equal(got, expected), f"{name} {shape} {dtype}"
+
+
+@pytest.mark.parametrize("promotion", MODULE.SEARCH_SPACE["WG_L2_PROMOTION"])
+def test_wgmma_maps_carry_the_configured_l2_promotion(monkeypatch, promotion):
+    monkeypatch.setitem(MODULE.CONFIG, "VARIANT", "wgmma")
+    monkeypatch.setitem(MODULE.CONFIG, "WG_L2_PROMOTION", promotion)
+    monkeypatch.setattr(MODULE, "_sm_count", lambda device: FAKE_SMS)
+    monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: name)
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_map", FakeTensorMap)
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: None)
+    monkeypatch.setattr(MODULE.nvrtc, "launch", _fake_wgmma_launch)  # asserts the maps' promotion
+    a = torch.randint(-4, 5, (40, 24), generator=torch.Generator().manual_seed(0)).to(torch.bfloat16)
+    b = torch.randint(-4, 5, (24, 136), generator=torch.Generator().manual_seed(1)).to(torch.bfloat16)
+    assert torch.equal(MODULE.kernel_fn(a, b), (a.double() @ b.double()).to(torch.bfloat16))
+
+
+# The emulator above restates the kernel's index formulas; each must still be the kernel's own text (a changed formula
+# in CUDA_SOURCE fails here until the emulator follows it).
+KERNEL_FORMULAS = [
+    "((jj % 8) ^ (lane >> 2)) * 16 + 4 * (lane & 3)",  # store_tile_tma: swizzled 16-byte chunk of a pair
+    "buf + (jj / 8) * 8192 + (r + 8 * h) * 128 + chunk",  # ... in its 64-column box
+    "col0 + pass * WG_STORE_COLS + 64 * b",  # the TMA store's column
+    "mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1)",  # consumer: full[s], phase of slice it
+    "mbar_wait(bars + 8 * (WG_STAGES + s), ((it / WG_STAGES) - 1) & 1)",  # producer: empty[s]
+    "if (kt > 0) release((it - 1) % WG_STAGES)",  # free the previous slice (not across tiles) ...
+    "wg_wait<0>();\n            wg_fence_acc(acc);\n            // The tile's last slice is read",  # ... and the last
+    "origin.y + rank * (WG_BN / 2), 3)",  # nt: this CTA's half of B, multicast to both
+    "const int j = rank * (WG_BN / 128) + jj;",  # nn: this CTA's 64-column blocks of B
+    "for (int ct = first; ct < ctiles; ct += step)",  # the persistent walk over cluster tiles
+    "origin.x += rank * WG_BM;",
+    "wg_desc(As + a_rows + 32 * ks, 16, 1024)",
+    "B_KMAJOR ? wg_desc(Bs + 32 * ks, 16, 1024) : wg_desc(Bs + 2048 * ks, 8192, 1024)",
+]
+
+
+@pytest.mark.parametrize("formula", KERNEL_FORMULAS)
+def test_the_emulated_formulas_are_the_kernels(formula):
+    assert formula in MODULE.CUDA_SOURCE, f"CUDA_SOURCE no longer has: {formula}"
 
 
 def test_wgmma_falls_back_to_mma_off_sm90_and_without_tensor_maps(monkeypatch):
@@ -756,6 +796,9 @@ def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_ti
         assert ("tnspB" in body) == name.endswith("_nn"), "N-major B is read through the transpose bit only"
         assert "UTMALDG.2D" in body and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
         assert ("UTMASTG.2D" in body) == tma_store, "the epilogue's TMA store is compiled in exactly when asked for"
+        # fence.proxy.tensormap + prefetch.tensormap: 2 per map before first use (map_a, map_b; map_out's by the
+        # storing thread)
+        assert body.count("UTMACCTL") == (6 if tma_store else 4), "every tensor map is acquired before use"
         assert ("UTMALDG.2D.MULTICAST" in body) == (cluster > 1), "B is multicast exactly in a cluster"
         # No memory barrier in the mainloop: a cluster-scope release on the remote stage arrival compiled to
         # MEMBAR.ALL.GPU there and made the clustered kernel 45% slower on the H200 (ncu: membar stalls).
