@@ -884,7 +884,11 @@ def tensor_maps_unusable() -> str | None:
     return _driver_bindings_missing()
 
 
-def tensor_map_layout(t: torch.Tensor, box: Sequence[int], swizzle: int) -> tuple[int, int, int, int, int]:
+L2_PROMOTIONS = (0, 64, 128, 256)  # bytes the L2 fetches from DRAM per TMA request (0: the request's sectors only)
+
+
+def tensor_map_layout(t: torch.Tensor, box: Sequence[int], swizzle: int,
+                      l2_promotion: int = 256) -> tuple[int, int, int, int, int]:
     """TMA's rules for a 2-D map of t (any device): (rows, cols, row stride in bytes, box rows, box cols), or
     TensorMapError naming the rule t breaks. The CPU tests' stand-in maps apply the same rules through it."""
     if t.dim() != 2:
@@ -905,10 +909,9 @@ def tensor_map_layout(t: torch.Tensor, box: Sequence[int], swizzle: int) -> tupl
         raise TensorMapError(f"box row of {box_cols * es} bytes does not suit swizzle {swizzle}")
     if not (1 <= box_rows <= 256 and 1 <= box_cols <= 256):
         raise TensorMapError(f"box {box_rows} x {box_cols}: each side 1..256")
+    if type(l2_promotion) is not int or l2_promotion not in L2_PROMOTIONS:
+        raise TensorMapError(f"l2_promotion={l2_promotion} is not one of {L2_PROMOTIONS} (bytes)")
     return rows, cols, stride, box_rows, box_cols
-
-
-L2_PROMOTIONS = (0, 64, 128, 256)  # bytes the L2 fetches from DRAM per TMA request (0: the request's sectors only)
 
 
 def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128, l2_promotion: int = 256) -> torch.Tensor:
@@ -927,9 +930,7 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128, l2_pr
     stream waits for that copy and marks the bytes used by its stream, so eviction cannot recycle them under its
     kernels. 64-byte aligned, as the driver requires. Refused during CUDA graph capture (the caller falls back).
     """
-    rows, cols, stride, box_rows, box_cols = tensor_map_layout(t, box, swizzle)
-    if type(l2_promotion) is not int or l2_promotion not in L2_PROMOTIONS:
-        raise TensorMapError(f"l2_promotion={l2_promotion} is not one of {L2_PROMOTIONS} (bytes)")
+    rows, cols, stride, box_rows, box_cols = tensor_map_layout(t, box, swizzle, l2_promotion)
     if t.device.type != "cuda":
         raise TensorMapError(f"tensor maps describe CUDA memory, got a tensor on {t.device}")
     why = tensor_maps_unusable()

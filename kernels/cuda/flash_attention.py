@@ -50,9 +50,10 @@ BACKEND = "cuda"
 # shape set): 2 with 3 stages 529.7 / 952.2 / 516.2 us (0.93 / 0.96 / 1.01x SDPA), the serial 2-stage kernel
 # 534.1 / 1,030.6 / 570.5 us, 1 with 3 stages 534.3 / 997.7 / 557.1 us; with 2 stages the overlap is slower
 # (643-707 / 1,130-1,231 us: the ring holds the two blocks in flight and the next load waits). Earlier: "mma"
-# 1,276 / 2,434 / 1,308 us. fp16 on the GPU: the serial kernel passed every shape set, every schedule the GPU tests
-# (S = 384); the default's exact point in fp16 has not run yet. WG_PIN 1 (with WG_PIPELINE >= 1) keeps the softmax
-# before the P V wait in SASS (see fa3); not run on the GPU yet.
+# 1,276 / 2,434 / 1,308 us. Round `pipeline2`: the default passed every shape set in bf16 and fp16 and `verify`;
+# 518.6 / 950.6 / 523.8 us bf16 (1.03 / 0.96 / 1.01x SDPA), 515.4 / 988.2 / 539.2 us fp16. WG_PIN 1 keeps the
+# softmax before the P V wait in SASS (see fa3): 528.6 / 924.2 / 515.5 us bf16 (+3% not causal, -2% causal; fp16
+# -5% causal), inside the spread, so off. WG_PIN acts only with WG_PIPELINE >= 1 (with 0 it builds the same kernel).
 CONFIG = {"VARIANT": "wgmma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOCK_N": 128, "WG_STAGES": 3,
           "WG_PIPELINE": 2, "WG_PIN": 0}
 SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],

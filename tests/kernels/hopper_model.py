@@ -105,8 +105,7 @@ class FakeTensorMap:
     shape) in float64, after nvrtc's real TMA rules (alignment, unit-stride rows, box vs swizzle)."""
 
     def __init__(self, t, box, swizzle=128, l2_promotion=256):
-        nvrtc.tensor_map_layout(t, box, swizzle)
-        assert l2_promotion in nvrtc.L2_PROMOTIONS, l2_promotion
+        nvrtc.tensor_map_layout(t, box, swizzle, l2_promotion)
         self.l2_promotion = l2_promotion
         self.rows = t.double().numpy()
         self.box, self.swizzle = tuple(box), swizzle

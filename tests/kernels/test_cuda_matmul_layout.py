@@ -651,7 +651,9 @@ def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     assert map_b.box == ((bn // cluster, 64) if kmajor else (64, 64))
     assert map_a.l2_promotion == map_b.l2_promotion == MODULE.CONFIG["WG_L2_PROMOTION"]
     assert map_b.rows.shape == ((n, k) if kmajor else (k, n))
-    tma_store = MODULE.CONFIG["WG_TMA_STORE"] and n % 8 == 0  # else no map: the kernel stores from registers
+    # TMA addresses out's rows when they are 16-byte multiples, or when there is one row (its stride is never used);
+    # else no map: the kernel stores from registers
+    tma_store = MODULE.CONFIG["WG_TMA_STORE"] and (n % 8 == 0 or m == 1)
     assert (map_out is not None) == tma_store
     if tma_store:
         assert map_out.box == (64, 64) and map_out.swizzle == 128 and map_out.rows.shape == (m, n)
