@@ -38,6 +38,11 @@
 #   matmul2: the CUDA matmul's WG_PERSISTENT / WG_TMA_STORE / WG_L2_PROMOTION points checked on every set (bf16,
 #          fp16) and timed; GPU tests of tensor maps and the CUDA starters' matmul.
 #   matmul3: the CUDA matmul's persistent + TMA-store default: GPU tests, `verify`, split-store points timed twice.
+#   gluon_ws: the warp-specialised Gluon attention (a load warp, two consumer warpgroups): GPU tests, `verify`,
+#          checked on every set and timed against the default.
+#   gluon_ws2: the Gluon attention's PINGPONG and 64-key-block points: GPU tests, checked and timed (bf16, fp16,
+#          fp16 GPT-2 also from a CUDA graph).
+#   final7: Triton attention GPU tests (new gluon_ws default), `verify`, the starter table, ncu of causal attention.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
 #   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
@@ -275,6 +280,43 @@ case "${1:-check}" in
     step 100 verify_cuda_matmul python3 -m autokernel_ci verify kernels/cuda/matmul.py --device cuda \
       --json "$out/verify_cuda_matmul.json"
     cuda_matmul_variants benchmarks/variants/cuda_matmul_store.json
+    ;;
+  gluon_ws)  # the warp-specialised Gluon attention (VARIANT gluon_ws): GPU tests of the Gluon kernel, `verify` of
+    # the file with gluon_ws as CONFIG, checked on every set and timed (alternating with the default)
+    step 200 pytest_gluon env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_starters.py -k gluon
+    python3 -c "from autokernel_ci import kernelfile as k; f = k.load('kernels/triton/flash_attention.py'); \
+open('$out/flash_attention_gluon_ws.py', 'w').write(f.with_config({**f.config, 'VARIANT': 'gluon_ws'}).source)"
+    step 100 verify_gluon_ws python3 -m autokernel_ci verify "$out/flash_attention_gluon_ws.py" --device cuda \
+      --json "$out/verify_gluon_ws.json"
+    step 120 variants_gluon_ws python3 benchmarks/variants_gpu.py flash_attention \
+      --variants benchmarks/variants/flash_attention_gluon_ws.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/ws"
+    step 60 variants_gluon_ws_gpt2 python3 benchmarks/variants_gpu.py flash_attention --dtype fp16 --time-set gpt2 \
+      --variants benchmarks/variants/flash_attention_gluon_ws_gpt2.json --sets gpt2,odd --out "$out/ws_gpt2"
+    ;;
+  gluon_ws2)  # the warp-specialised Gluon attention with PINGPONG (the consumer warpgroups take turns issuing
+    # wgmma) and 64-key blocks: GPU tests, checked on every set and timed (bf16 and fp16 LLaMA shapes; fp16 GPT-2
+    # shapes also from a CUDA graph, which leaves out the host's launch time)
+    step 200 pytest_gluon env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_starters.py -k gluon
+    step 120 variants_ws2 python3 benchmarks/variants_gpu.py flash_attention \
+      --variants benchmarks/variants/flash_attention_gluon_ws2.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/ws2"
+    step 60 variants_ws2_fp16 python3 benchmarks/variants_gpu.py flash_attention --dtype fp16 \
+      --variants benchmarks/variants/flash_attention_gluon_ws2_fp16.json --sets gpt2,llama7b --out "$out/ws2_fp16"
+    step 60 variants_ws2_gpt2 python3 benchmarks/variants_gpu.py flash_attention --dtype fp16 --time-set gpt2 \
+      --graph --variants benchmarks/variants/flash_attention_gluon_ws2_gpt2.json --sets gpt2 --out "$out/ws2_gpt2"
+    ;;
+  final7)  # sixth session's closing round: GPU tests of the Triton attention (its new gluon_ws default on every spec
+    # set, the Gluon kernel's own cases), `verify` of the file, the starter table (both backends, eager and
+    # torch.compile), ncu of the causal case (SDPA, Triton, CUDA)
+    step 150 pytest_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
+    step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
+      --json "$out/verify_triton_flash.json"
+    step 220 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --out "$out/bf16"
+    step 90 ncu_flash ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+      --section WarpStateStats --section LaunchStats --section Occupancy \
+      python3 benchmarks/ncu_kernels.py flash_attention --index 0 --backends triton,cuda
     ;;
   matmul4)  # the CUDA matmul with 2-CTA clusters (B multicast): GPU tests, checked on every set and timed twice
     matmul_gpu_tests

@@ -14,8 +14,13 @@ from dataclasses import dataclass
 from autokernel_ci.kernelfile import KernelFile, KernelFileError, parse
 
 # triton.tools.tensor_descriptor: a dataclass describing a tensor for Hopper's bulk tensor copies (TMA).
+# triton.experimental.gluon: Triton's lower-level language (explicit layouts, wgmma, mbarriers; the flash
+# attention starter's sm_90 kernel), compiled by the same compiler as triton.language.
+GLUON_IMPORTS = frozenset({"triton.experimental", "triton.experimental.gluon", "triton.experimental.gluon.language",
+                           "triton.experimental.gluon.language.nvidia.hopper",
+                           "triton.experimental.gluon.nvidia.hopper"})
 ALLOWED_IMPORTS = frozenset({"torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math",
-                             "functools", "typing", "__future__"})
+                             "functools", "typing", "__future__"}) | GLUON_IMPORTS
 CUDA_IMPORTS = frozenset({"autokernel_ci.nvrtc"})
 # Named so the message can say why, even though an unimported module name is only a NameError.
 FORBIDDEN_MODULES = frozenset({"os", "sys", "subprocess", "socket", "ctypes", "importlib", "builtins", "pathlib",

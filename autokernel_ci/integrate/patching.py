@@ -223,9 +223,21 @@ def _pick(ops: list[tuple[KernelOp, dict[str, Any]]], x: torch.Tensor) -> Kernel
     return ops[0][0]
 
 
+def _rope_function(obj: Any) -> Callable[..., Any] | None:
+    """The Python function behind a global a forward calls: a plain function, or the forward of a function wrapped
+    in an nn.Module (transformers 5 wraps `apply_rotary_pos_emb` so a hub kernel can replace it; its own
+    signature is (*args, **kwargs))."""
+    if inspect.isfunction(obj):
+        return obj
+    if isinstance(obj, nn.Module) and inspect.ismethod(getattr(obj, "forward", None)):
+        return obj.forward
+    return None
+
+
 def _rotary_wrapper(ops: list[tuple[KernelOp, dict[str, Any]]], original: Callable[..., Any]) \
         -> Callable[..., Any] | None:
-    params = list(inspect.signature(original).parameters)
+    signature = inspect.signature(_rope_function(original) or original)
+    params = list(signature.parameters)
     if params[:3] == ["x", "cos", "sin"] or len(params) == 3:
         def rope(x, cos, sin):
             half = x.shape[-1] // 2
@@ -236,10 +248,12 @@ def _rotary_wrapper(ops: list[tuple[KernelOp, dict[str, Any]]], original: Callab
     if params[:4] == ["q", "k", "cos", "sin"]:
         # Hugging Face apply_rotary_pos_emb: cos/sin [B, S, D] (the D/2 table repeated twice), the
         # same positions in every batch row for a plain forward; our kernel takes the [S, D/2] table.
-        def rope_qk(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):
+        # (q, k, cos, sin, position_ids=None, unsqueeze_dim=1) before transformers 5, without position_ids since.
+        def rope_qk(q, k, cos, sin, *args, **kwargs):
             half = q.shape[-1] // 2
+            unsqueeze_dim = signature.bind(q, k, cos, sin, *args, **kwargs).arguments.get("unsqueeze_dim", 1)
             if unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3 or cos.shape[-1] != 2 * half:
-                return original(q, k, cos, sin, position_ids, unsqueeze_dim)
+                return original(q, k, cos, sin, *args, **kwargs)
             c, s = cos[0, :, :half], sin[0, :, :half]
             return _pick(ops, q)(q, c, s), _pick(ops, k)(k, c, s)
         return rope_qk
@@ -248,7 +262,8 @@ def _rotary_wrapper(ops: list[tuple[KernelOp, dict[str, Any]]], original: Callab
 
 def _rotary_function_names(module: nn.Module) -> list[str] | str:
     fwd = inspect.unwrap(type(module).forward)  # look through decorators (functools.wraps)
-    names = [n for n in fwd.__code__.co_names if ROTARY_NAME.search(n) and inspect.isfunction(fwd.__globals__.get(n))]
+    names = [n for n in fwd.__code__.co_names
+             if ROTARY_NAME.search(n) and _rope_function(fwd.__globals__.get(n)) is not None]
     if not names:
         return (f"{type(module).__name__}.forward calls no RoPE function by name (rotary/rope): "
                 "inline RoPE code cannot be swapped")

@@ -12,10 +12,13 @@ VARIANT "tma" reads q/k/v and writes o through tensor descriptors (Hopper's bulk
 instruction per tile, rows past S or D zero-filled by the copy engine): over [B*H*S, D] rows when
 the tensors are contiguous and S is a multiple of both blocks, else over the 4-d [B, H, S, D] view.
 It needs 16-bit inputs, a contiguous last dimension and 16-byte aligned rows; otherwise the pointer
-variant runs. Default "tma", 128-row query blocks, 128 key rows when D pads to 128 (64 below), heavy causal blocks
-first, the softmax scale folded into exp2's FMA; on the H200 at 2x32x4096x128 bf16 (benchmarks/variants_gpu.py,
-round `flash3`): 566 us causal (486 TFLOP/s), 984 us not causal, 583 us GQA 32/8, against 681 / 1,232 / 698 us
-for "pointer" 128x64: 0.89-0.93x SDPA, up from 0.72-0.77x.
+variant runs. VARIANT "gluon_ws" (the default) is FA3's structure written in Gluon, Triton's lower-level
+language, for sm_90: a load warp fills a 3-stage K/V ring through TMA while two consumer warpgroups of 64
+query rows each run asynchronous wgmma, block j's softmax overlapping block j-1's P V product; where it
+cannot run (another GPU, fp32, D <= 64, S not a multiple of the blocks, strided tensors) the "tma" kernel
+does. On the H200 at 2x32x4096x128 bf16 (benchmarks/variants_gpu.py, rounds `gluon_ws`, `gluon_ws2`):
+512-514 us causal (537 TFLOP/s), 869-913 us not causal, 506-509 us GQA 32/8: 0.99-1.04x SDPA, against the
+tma kernel's 550-576 / 995-1,015 / 575-591 us (0.85-0.96x) and 681 / 1,232 / 698 us for "pointer" 128x64.
 """
 
 import math
@@ -23,14 +26,24 @@ import math
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "flash_attention"
 BACKEND = "triton"
-CONFIG = {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 0, "num_stages": 3, "num_warps": 8,
-          "FP32_DOT": "tf32x3", "REVERSE": True, "MAXNREG": 0}
+CONFIG = {"VARIANT": "gluon_ws", "BLOCK_M": 128, "BLOCK_N": 0, "num_stages": 3, "num_warps": 8,
+          "FP32_DOT": "tf32x3", "REVERSE": True, "MAXNREG": 0, "PINGPONG": False}
 SEARCH_SPACE = {
-    "VARIANT": ["pointer", "tma"],
+    "VARIANT": ["pointer", "tma", "gluon_ws"],
     "REVERSE": [False, True],
     "BLOCK_M": [32, 64, 128],
     "BLOCK_N": [0, 16, 32, 64, 128],
@@ -38,8 +51,13 @@ SEARCH_SPACE = {
     "num_warps": [4, 8],
     "FP32_DOT": ["tf32x3", "ieee"],
     "MAXNREG": [0, 128],
+    "PINGPONG": [False, True],
 }
 
+# PINGPONG (gluon_ws only) makes the two consumer warpgroups take turns issuing their wgmma (FA3's inter-warpgroup
+# schedule, through two mbarriers): 516-521 / 897 / 505-510 us against 512-514 / 869-911 / 509 us without
+# (bf16, round `gluon_ws2`), inside the spread: off by default. num_warps applies to the tl.dot kernels; the
+# gluon_ws kernel always runs 4 + 4 + 1 warps (3 warpgroups, the load warp's padded).
 # MAXNREG caps registers a thread (0: the compiler's choice). 128x64 blocks at 2 stages use 96 KB of shared
 # memory but 146 registers, so one 8-warp block an SM; capped at 128 (sm_90 compile: no spill) two blocks
 # fit, so that one block's softmax could overlap the other's MMAs. Measured on the H200 it is 5-8% slower
@@ -50,6 +68,9 @@ SEARCH_SPACE = {
 # peaked_scores case (q, k std 5) tf32's 10-bit input rounding fails 158 of 16384 outputs, up to
 # 0.023 off, against fp32's atol 5e-3 (emulated on CPU, S=64, D=128); tf32x3 (three tf32 MMAs)
 # keeps fp32 accuracy.
+# Registers a thread of the warp-specialised kernel's second consumer warpgroup asks for (setmaxnreg): with the
+# first at 256 and the load warp's warpgroup at 24, 128 x (256 + 232 + 24) = 65,536, the register file of one SM.
+_WS_CONSUMER_REGS = 232
 # Shared memory a block may use when the device does not report it: 227 KB on H100/H200.
 _DEFAULT_SMEM_BYTES = 232448
 
@@ -59,12 +80,22 @@ def _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASK
                          CAUSAL: tl.constexpr, PRECISION: tl.constexpr, NEG_SCALE: tl.constexpr):
     """Fold one key block (k, v: [BLOCK_N, BLOCK_D]) into the running max m_i, sum l_i and output acc."""
     qk = tl.dot(q, tl.trans(k), input_precision=PRECISION)
+    p, alpha, m_new, l_i = _scores_to_p(qk, m_i, l_i, offs_m, cols, S, qk_scale, MASKED, CAUSAL, NEG_SCALE)
+    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
+    return acc, m_new, l_i
+
+
+@triton.jit
+def _scores_to_p(qk, m_i, l_i, rows, cols, S, qk_scale, MASKED: tl.constexpr, CAUSAL: tl.constexpr,
+                 NEG_SCALE: tl.constexpr):
+    """Online softmax of one block of scores qk = q k^T: (p, alpha to rescale the old rows, new max, new sum).
+    The Gluon kernel calls it too: its tensors carry their layouts through these element-wise ops."""
     if MASKED:
         # Diagonal and ragged blocks (a few per row): scale first, then mask, so a zero scale cannot form
         # -inf * 0 = NaN.
         keep = cols[None, :] < S
         if CAUSAL:
-            keep = keep & (cols[None, :] <= offs_m[:, None])
+            keep = keep & (cols[None, :] <= rows[:, None])
         s = tl.where(keep, qk * qk_scale, float("-inf"))
         m_new = tl.maximum(m_i, tl.max(s, axis=1))
         p = tl.math.exp2(s - m_new[:, None])
@@ -81,9 +112,7 @@ def _online_softmax_step(acc, m_i, l_i, q, k, v, cols, offs_m, S, qk_scale, MASK
     # Every row has a finite max here: key 0 is visible to every query row and is always in the
     # first block visited, so m_i - m_new never forms -inf - -inf.
     alpha = tl.math.exp2(m_i - m_new)
-    l_i = l_i * alpha + tl.sum(p, axis=1)
-    acc = tl.dot(p.to(v.dtype), v, acc * alpha[:, None], input_precision=PRECISION)
-    return acc, m_new, l_i
+    return p, alpha, m_new, l_i * alpha + tl.sum(p, axis=1)
 
 
 @triton.jit
@@ -220,6 +249,160 @@ def _attn_fwd_tma(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP,
         o_desc.store([b, h, start_m * BLOCK_M, 0], out.reshape(1, 1, BLOCK_M, BLOCK_D))
 
 
+@gluon.jit
+def _gl_softmax_block(s, m_i, l_i, rows, start_n, offs_n, lo_masked, S, qk_scale, CAUSAL: gl.constexpr,
+                      NEG_SCALE: gl.constexpr):
+    """The masked form only for the diagonal / ragged blocks (from lo_masked on), the FMA form elsewhere."""
+    cols = start_n + offs_n
+    if start_n >= lo_masked:
+        p, alpha, m_new, l_new = _scores_to_p(s, m_i, l_i, rows, cols, S, qk_scale, True, CAUSAL, NEG_SCALE)
+    else:
+        p, alpha, m_new, l_new = _scores_to_p(s, m_i, l_i, rows, cols, S, qk_scale, False, CAUSAL, NEG_SCALE)
+    return p, alpha, m_new, l_new
+
+
+@gluon.jit
+def _gl_take_turn(turn, WG: gl.constexpr, k, PINGPONG: gl.constexpr):
+    """Before this warpgroup's k-th batch of wgmma (k = 0 .. n_blocks): wait until the other one has issued its
+    own k-th (warpgroup 1) or (k-1)-th (warpgroup 0) batch, so the two alternate on the tensor cores."""
+    if PINGPONG:
+        if WG == 0:
+            if k > 0:
+                mbarrier.wait(turn.index(0), (k - 1) & 1)
+        else:
+            mbarrier.wait(turn.index(1), k & 1)
+
+
+@gluon.jit
+def _gl_give_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
+    if PINGPONG:
+        mbarrier.arrive(turn.index(1 - WG), count=1)
+
+
+@gluon.jit
+def _gl_ws_consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, full, empty, turn, q_bar, o_desc, q_row, start_m,
+                    lo_masked, n_blocks, S, qk_scale, CAUSAL: gl.constexpr, NEG_SCALE: gl.constexpr,
+                    STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+    """One consumer warpgroup: query rows WG * 64 .. + 64 of the block. Loop step j issues S(j) = q K(j)^T and
+    O += P(j-1) V(j-1) as asynchronous wgmma, waits for S(j) only (`wgmma.wait_group 1`) and exponentiates it while
+    the P V product is still on the tensor cores: the overlap tl.dot cannot express (Triton's pipeliner waits
+    for q k^T before the softmax; carrying the scores across loop steps instead makes ptxas serialise every
+    wgmma of the kernel, C7514). A finished key block is signalled through its stage's `empty` mbarrier (one
+    arrival a warpgroup), not a barrier of the whole block, so the two warpgroups drift apart and one's softmax
+    fills the other's tensor-core gaps: one kernel with that barrier ran 8-11% slower than the tl.dot kernel."""
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    BLOCK_D: gl.constexpr = k_smem.shape[2]
+    HALF: gl.constexpr = q_smem.shape[1]
+    dtype: gl.constexpr = q_smem.dtype
+    mma_s: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_N, 16])
+    mma_o: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1], instr_shape=[16, BLOCK_D, 16])
+    p_layout: gl.constexpr = gl.DotOperandLayout(operand_index=0, parent=mma_o, k_width=2)
+    row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
+    row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
+    q_w = q_smem.index(WG)
+    rows = start_m * (2 * HALF) + WG * HALF + gl.arange(0, HALF, layout=row_s)
+    offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
+    zero_s = gl.zeros([HALF, BLOCK_N], gl.float32, mma_s)
+    m_i = gl.full([HALF], float("-inf"), gl.float32, row_s)
+    l_i = gl.zeros([HALF], gl.float32, row_s)
+    o = gl.zeros([HALF, BLOCK_D], gl.float32, mma_o)
+    mbarrier.wait(q_bar, 0)
+    mbarrier.wait(full.index(0), 0)
+    _gl_take_turn(turn, WG, 0, PINGPONG)
+    s_tok = warpgroup_mma(q_w, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+    _gl_give_turn(turn, WG, PINGPONG)
+    s = warpgroup_mma_wait(0, deps=[s_tok])
+    p, alpha, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, 0, offs_n, lo_masked, S, qk_scale, CAUSAL, NEG_SCALE)
+    p = gl.convert_layout(p.to(dtype), p_layout)
+    for j in range(1, n_blocks):
+        stage = j % STAGES
+        prev = (j - 1) % STAGES
+        mbarrier.wait(full.index(stage), (j // STAGES) & 1)
+        _gl_take_turn(turn, WG, j, PINGPONG)
+        s_tok = warpgroup_mma(q_w, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+        o_tok = warpgroup_mma(p, v_smem.index(prev), o, is_async=True)
+        _gl_give_turn(turn, WG, PINGPONG)
+        s = warpgroup_mma_wait(1, deps=[s_tok])
+        p, alpha, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, j * BLOCK_N, offs_n, lo_masked, S, qk_scale,
+                                               CAUSAL, NEG_SCALE)
+        p = gl.convert_layout(p.to(dtype), p_layout)
+        o = warpgroup_mma_wait(0, deps=[o_tok])
+        mbarrier.arrive(empty.index(prev), count=1)  # this warpgroup is done with block j - 1's stage
+        o = o * gl.convert_layout(alpha, row_o)[:, None]
+    _gl_take_turn(turn, WG, n_blocks, PINGPONG)
+    o_tok = warpgroup_mma(p, v_smem.index((n_blocks - 1) % STAGES), o, is_async=True)
+    _gl_give_turn(turn, WG, PINGPONG)
+    o = warpgroup_mma_wait(0, deps=[o_tok])
+    o = o / gl.convert_layout(l_i, row_o)[:, None]
+    q_w.store(o.to(dtype))  # this warpgroup's q rows are read by no wgmma now: they stage its output
+    fence_async_shared()
+    gl.thread_barrier()
+    tma.async_copy_shared_to_global(o_desc, [q_row + WG * HALF, 0], q_w)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _gl_ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, full, empty, q_bar, q_row, kv_row0, n_blocks,
+                  STAGES: gl.constexpr):
+    """The load warp: both q halves once, then K/V blocks into the STAGES-deep ring as fast as the consumers
+    free its stages."""
+    HALF: gl.constexpr = q_smem.shape[1]
+    BLOCK_N: gl.constexpr = k_smem.shape[1]
+    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
+    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem.index(0))
+    tma.async_copy_global_to_shared(q_desc, [q_row + HALF, 0], q_bar, q_smem.index(1))
+    for j in range(n_blocks):
+        stage = j % STAGES
+        if j >= STAGES:  # both warpgroups are done with block j - STAGES
+            mbarrier.wait(empty.index(stage), ((j // STAGES) - 1) & 1)
+        mbarrier.expect(full.index(stage), 2 * k_desc.block_type.nbytes)
+        tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0], full.index(stage), k_smem.index(stage))
+        tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0], full.index(stage), v_smem.index(stage))
+
+
+@gluon.jit
+def _attn_fwd_gluon_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP,
+                       BLOCK_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+                       REVERSE: gl.constexpr, NEG_SCALE: gl.constexpr, STAGES: gl.constexpr,
+                       CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr = False):
+    """sm_90, warp-specialised (FA3's structure): one load warp and two consumer warpgroups of 64 query rows
+    each (the first is the kernel's own 4 warps, the second a worker partition). q/o descriptors hold
+    64-row tiles."""
+    dtype: gl.constexpr = q_desc.dtype
+    HALF: gl.constexpr = BLOCK_M // 2
+    start_m = gl.program_id(0)
+    if REVERSE:
+        start_m = gl.num_programs(0) - 1 - start_m
+    bh = gl.program_id(1)
+    b = bh // H
+    hk = (bh % H) // GROUP
+    q_row = bh * S + start_m * BLOCK_M
+    kv_row0 = (b * HKV + hk) * S
+    lo_masked, hi = _key_range(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
+    n_blocks = gl.cdiv(hi, BLOCK_N)
+    q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_D], q_desc.layout)
+    k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_D], k_desc.layout)
+    v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_D], v_desc.layout)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # PINGPONG: whose wgmma next
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one arrival from each consumer warpgroup
+    mbarrier.init(q_bar, count=1)
+    mbarrier.init(turn.index(0), count=1)
+    mbarrier.init(turn.index(1), count=1)
+    gl.warp_specialize([
+        (_gl_ws_consumer, (0, q_smem, k_smem, v_smem, full, empty, turn, q_bar, o_desc, q_row, start_m, lo_masked,
+                           n_blocks, S, qk_scale, CAUSAL, NEG_SCALE, STAGES, PINGPONG)),
+        (_gl_ws_consumer, (1, q_smem, k_smem, v_smem, full, empty, turn, q_bar, o_desc, q_row, start_m, lo_masked,
+                           n_blocks, S, qk_scale, CAUSAL, NEG_SCALE, STAGES, PINGPONG)),
+        (_gl_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, full, empty, q_bar, q_row, kv_row0,
+                         n_blocks, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
 def _auto_block_n(block_d):
     """BLOCK_N 0 ("auto"): 128 key rows when the head dim pads to 128 (D 65..128), 64 below. H200, tma, 128-row
     query blocks: 2x32x4096x128 bf16 566 / 984 / 583 us (causal / not / GQA) at 128 against 587 / 1,083 / 625 us
@@ -238,6 +421,32 @@ def _tma_ok(t):
     """A tensor descriptor needs a contiguous last dim and 16-byte aligned base and strides."""
     return (t.stride(-1) == 1 and t.data_ptr() % 16 == 0
             and all((st * t.element_size()) % 16 == 0 for st in t.stride()[:-1]))
+
+
+def _gluon_ok(q, k, v, o, block_m, block_n, block_d):
+    """VARIANT "gluon_ws" runs where its kernel can and wins: an sm_90 GPU (wgmma is Hopper's alone; sm_100 has
+    tcgen05), 16-bit contiguous tensors in flat [rows, D] form (S a multiple of both blocks), 128-row query
+    blocks (two 64-row consumer warpgroups) and D padding to 128. At D = 64 (8x12x1024x64 fp16, from a CUDA
+    graph) it ran 62.4 / 83.6 us against the tma kernel's 53.7 / 70.1 us: its register split (setmaxnreg) holds
+    one block an SM, where the tma kernel fits several. Elsewhere the tma kernel runs."""
+    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+        return False
+    S = q.shape[2]
+    return (q.element_size() == 2 and block_m == 128 and block_n in (64, 128) and block_d == 128
+            and S % block_m == 0 and S % block_n == 0
+            and all(t.is_contiguous() and _tma_ok(t) for t in (q, k, v, o)))
+
+
+_SMEM_LAYOUTS: dict = {}
+
+
+def _smem_layout(rows, block_d, gl_dtype):
+    """The swizzled shared-memory layout of a [rows, block_d] TMA tile, built once: building one costs ~9 us of
+    host time (measured on the CPU), four a launch, and a GPT-2-sized attention runs in ~60 us."""
+    key = (rows, block_d, str(gl_dtype))
+    if key not in _SMEM_LAYOUTS:
+        _SMEM_LAYOUTS[key] = gl.NVMMASharedLayout.get_default_for([rows, block_d], gl_dtype)
+    return _SMEM_LAYOUTS[key]
 
 
 def _descriptor(t, rows, block_d, flat):
@@ -267,7 +476,22 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
     flags = {"NEG_SCALE": float(sm_scale) < 0}
     if cfg["MAXNREG"]:
         flags["maxnreg"] = cfg["MAXNREG"]
-    if cfg["VARIANT"] == "tma" and elem == 2 and all(_tma_ok(t) for t in (q, k, v, o)):
+    if cfg["VARIANT"] == "gluon_ws" and _gluon_ok(q, k, v, o, bm, bn, block_d):
+        gl_stages = min(cfg["num_stages"], room // per_stage)
+        if gl_stages >= 2:  # block j - STAGES's stage takes block j: with one stage V(j - 1) would be overwritten
+            gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
+            # q and o move in 64-row halves, one a consumer warpgroup.
+            descs = [GluonTensorDescriptor.from_tensor(t.view(-1, D), [rows, block_d],
+                                                       _smem_layout(rows, block_d, gl_dtype))
+                     for t, rows in ((q, bm // 2), (k, bn), (v, bn), (o, bm // 2))]
+            _attn_fwd_gluon_ws[grid](
+                *descs, float(sm_scale) * math.log2(math.e), S, H, k.shape[1], H // k.shape[1],
+                BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
+                NEG_SCALE=flags["NEG_SCALE"], STAGES=gl_stages, CONSUMER_REGS=_WS_CONSUMER_REGS,
+                PINGPONG=bool(cfg["PINGPONG"]), num_warps=4,
+            )
+            return
+    if cfg["VARIANT"] in ("tma", "gluon_ws") and elem == 2 and all(_tma_ok(t) for t in (q, k, v, o)):
         # Flat 2-d rows need every tile inside one head: S a multiple of both blocks, heads packed.
         flat = S % bm == 0 and S % bn == 0 and all(t.is_contiguous() for t in (q, k, v, o))
         descs = [_descriptor(t, rows, block_d, flat) for t, rows in ((q, bm), (k, bn), (v, bn), (o, bm))]

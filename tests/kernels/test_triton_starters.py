@@ -138,8 +138,11 @@ def test_starter_exists_and_meets_contract(kernel_type: str) -> None:
     assert all(kf.config[k] in v for k, v in kf.search_space.items()), "the default CONFIG lies inside SEARCH_SPACE"
     source = kf.source
     imports = {line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    assert imports <= {"torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math"}, \
-        f"starters need only torch + triton: {imports}"
+    # Triton's own modules only: its language, host descriptors and Gluon (flash attention's sm_90 kernel).
+    allowed = {"torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math"}
+    extra = {m for m in imports - allowed
+             if not m.startswith("triton.experimental.gluon") and m != "triton.experimental"}
+    assert not extra, f"starters need only torch + triton: {extra}"
     assert "autokernel_ci" not in source
 
 
@@ -265,6 +268,61 @@ def test_attention_odd_set_with_unequal_blocks(config: dict) -> None:
                           torch.bfloat16)
     finally:
         module.CONFIG = saved
+
+
+HOPPER = DEVICE.type == "cuda" and torch.cuda.get_device_capability(DEVICE)[0] == 9
+
+
+class _CountLaunches:
+    """Stands in for a jit kernel in its module: counts kernel[grid](...) launches, then launches it."""
+
+    def __init__(self, kernel) -> None:
+        self.kernel, self.launches = kernel, 0
+
+    def __getitem__(self, grid):
+        self.launches += 1
+        return self.kernel[grid]
+
+
+@pytest.mark.skipif(not HOPPER, reason="VARIANT gluon_ws runs on sm_90 GPUs only (compiled for sm_90 on the CPU above)")
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=["bf16", "fp16"])
+@pytest.mark.parametrize(("shape", "config", "sm_scale", "gluon"), [
+    ({"B": 2, "H": 4, "Hkv": 4, "S": 128, "D": 128, "causal": True}, {}, None, True),  # one key block
+    ({"B": 1, "H": 4, "Hkv": 1, "S": 384, "D": 128, "causal": True}, {}, None, True),  # GQA, 3 blocks = the ring
+    ({"B": 1, "H": 4, "Hkv": 2, "S": 1024, "D": 128, "causal": False}, {}, None, True),  # the ring wraps twice
+    ({"B": 1, "H": 2, "Hkv": 2, "S": 1024, "D": 128, "causal": True}, {"num_stages": 2}, None, True),
+    ({"B": 1, "H": 2, "Hkv": 1, "S": 512, "D": 128, "causal": True}, {"BLOCK_N": 64}, None, True),  # 2 diagonal
+    ({"B": 1, "H": 2, "Hkv": 2, "S": 256, "D": 96, "causal": False}, {}, None, True),  # D padded to 128 by TMA
+    ({"B": 1, "H": 2, "Hkv": 1, "S": 512, "D": 128, "causal": True}, {}, -0.125, True),  # negative scale
+    ({"B": 1, "H": 2, "Hkv": 1, "S": 512, "D": 128, "causal": False}, {"REVERSE": False}, 0.0, True),  # zero scale
+    ({"B": 1, "H": 4, "Hkv": 1, "S": 1024, "D": 128, "causal": True}, {"PINGPONG": True}, None, True),
+    ({"B": 1, "H": 2, "Hkv": 2, "S": 128, "D": 128, "causal": True}, {"PINGPONG": True}, None, True),  # no loop
+    ({"B": 1, "H": 2, "Hkv": 1, "S": 512, "D": 64, "causal": True}, {}, None, False),  # D=64: the tma kernel
+    ({"B": 1, "H": 2, "Hkv": 2, "S": 512, "D": 128, "causal": True}, {"BLOCK_M": 64}, None, False),
+    ({"B": 1, "H": 2, "Hkv": 2, "S": 320, "D": 128, "causal": True}, {}, None, False),  # S not a multiple of 128
+], ids=["one-block", "gqa-ring", "wrap", "2-stages", "64-keys", "d96", "neg-scale", "zero-scale", "pingpong",
+        "pingpong-one-block", "d64-falls-back", "bm64-falls-back", "s320-falls-back"])
+def test_gluon_attention_on_hopper(shape: dict, config: dict, sm_scale: float | None, gluon: bool,
+                                  dtype: torch.dtype) -> None:
+    """VARIANT gluon_ws against the reference (the spec's inputs and its peaked_scores stress case), and the
+    kernel that ran is the one the launcher's rule picks: the Gluon kernel, or the tma kernel where it falls
+    back."""
+    module = _module("flash_attention")
+    saved, kernel = module.CONFIG, module._attn_fwd_gluon_ws
+    module.CONFIG = {**saved, "VARIANT": "gluon_ws", **config}
+    module._attn_fwd_gluon_ws = counter = _CountLaunches(kernel)
+    try:
+        inputs = _inputs("flash_attention", shape, dtype, seed=3)
+        if sm_scale is not None:
+            inputs = (*inputs[:4], sm_scale)
+        run_and_check(module, "flash_attention", inputs, dtype)
+        peaked = next(c for c in get_spec("flash_attention").stress_cases if c.name == "peaked_scores")
+        run_and_check(module, "flash_attention",
+                      peaked.make_inputs(shape, dtype, DEVICE, torch.Generator(device=DEVICE).manual_seed(4)), dtype)
+    finally:
+        module.CONFIG, module._attn_fwd_gluon_ws = saved, kernel
+    assert counter.launches == (2 if gluon else 0), \
+        f"the Gluon kernel ran {counter.launches} of 2 times, expected {'both' if gluon else 'none (fallback)'}"
 
 
 @pytest.mark.parametrize("kernel_type", ["flash_attention", "fused_mlp"])
@@ -438,6 +496,46 @@ def sm90_results() -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
+# The Gluon attention kernel (VARIANT "gluon"): explicit wgmma, so it cannot run in the interpreter; compiled
+# here for sm_90 at the shapes the launcher gives it (bf16 D=128 with 3 stages fills 229,408 of 232,448 B).
+GLUON_SM90_ATTENTION = {
+    "bf16-d128-causal-3stages": {"dtype": "bf16", "BLOCK_N": 128, "CAUSAL": True, "STAGES": 3},
+    "fp16-d128-64keys-2stages": {"dtype": "fp16", "BLOCK_N": 64, "CAUSAL": False, "STAGES": 2},
+    "bf16-pingpong": {"dtype": "bf16", "BLOCK_N": 128, "CAUSAL": True, "STAGES": 3, "PINGPONG": True},
+}
+
+
+def compile_gluon_attention_sm90(case: dict) -> dict:
+    """Compile _attn_fwd_gluon_ws for sm_90 in this (non-interpreter) process, as the launcher calls it (128-row
+    query blocks, D = 128): shared bytes, the PTX's overlap waits and register reallocation."""
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import compile as triton_compile
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    module = _module("flash_attention")
+    fn = module._attn_fwd_gluon_ws
+    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[case["dtype"]]
+    consts = {k: v for k, v in case.items() if k != "dtype"} | {
+        "BLOCK_M": 128, "BLOCK_D": 128, "REVERSE": True, "NEG_SCALE": False, "CONSUMER_REGS": module._WS_CONSUMER_REGS}
+    rows = {"q_desc": 64, "k_desc": case["BLOCK_N"], "v_desc": case["BLOCK_N"], "o_desc": 64}
+    signature = {}
+    for p in fn.params:
+        if p.is_constexpr:
+            signature[p.name] = "constexpr"
+        elif p.name in rows:
+            layout = gl.NVMMASharedLayout.get_default_for([rows[p.name], 128], gl_dtype)
+            signature[p.name] = f"tensordesc<{case['dtype']}[{rows[p.name]}, 128],{layout!r}>"
+        else:
+            signature[p.name] = "fp32" if p.name == "qk_scale" else "i32"
+    compiled = triton_compile(GluonASTSource(fn=fn, signature=signature, constexprs=consts),
+                              target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+    ptx = compiled.asm["ptx"]
+    return {"shared": int(compiled.metadata.shared), "cubin": bool(compiled.asm["cubin"]),
+            "wait_one": ptx.count("wgmma.wait_group.sync.aligned 1;"), "wgmma": ptx.count("wgmma.mma_async"),
+            "setmaxnreg": ptx.count("setmaxnreg"), "threads": 32 * int(compiled.metadata.num_warps)}
+
+
 def _sm90_key(kernel_type: str, kernel_name: str, dtype: str, constexprs: dict) -> str:
     return ".".join([kernel_type, kernel_name, dtype] + ([constexprs["_ID"]] if "_ID" in constexprs else []))
 
@@ -453,6 +551,21 @@ def test_compiles_for_sm90(kernel_type: str, kernel_name: str, dtype: str, const
     assert result <= H100_SMEM_BYTES, f"{result} B of shared memory > {H100_SMEM_BYTES}"
 
 
+@pytest.mark.parametrize("case_id", sorted(GLUON_SM90_ATTENTION))
+def test_gluon_attention_compiles_for_sm90(case_id: str, sm90_results: dict) -> None:
+    """The sm_90 Gluon attention lowers to wgmma with the overlap in place (one `wgmma.wait_group 1` a consumer
+    warpgroup: the scores are waited for while P V may still run), three warpgroups (two consumers and the load
+    warp's), registers moved from the load warp to the consumers, and shared memory one block can have."""
+    result = sm90_results[f"gluon.{case_id}"]
+    assert isinstance(result, dict), f"sm_90 Gluon compile failed: {result}"
+    assert result["cubin"], "no cubin produced"
+    assert result["shared"] <= H100_SMEM_BYTES, f"{result['shared']} B of shared memory > {H100_SMEM_BYTES}"
+    assert result["wait_one"] == 2, f"expected one wgmma.wait_group 1 a consumer warpgroup, found {result['wait_one']}"
+    assert result["wgmma"] > 0, "no wgmma.mma_async in the PTX"
+    assert result["threads"] == 384, f"expected 3 warpgroups (384 threads), got {result['threads']}"
+    assert result["setmaxnreg"] > 0, "the warp-specialised kernel reallocates no registers"
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--compile-sm90"]:
     results: dict[str, object] = {}
     for kernel_type, kernel_name, dtype, constexprs in SM90_KERNELS:
@@ -465,4 +578,10 @@ if __name__ == "__main__" and sys.argv[1:] == ["--compile-sm90"]:
             # Triton's error names the call site; the cause (e.g. "expected 2 offsets") is chained.
             cause = f" (cause: {str(exc.__cause__)[-800:]})" if exc.__cause__ else ""
             results[key] = f"{type(exc).__name__}: {str(exc)[:1500]}{cause}"
+    for case_id, case in GLUON_SM90_ATTENTION.items():
+        try:
+            results[f"gluon.{case_id}"] = compile_gluon_attention_sm90(case)
+        except Exception as exc:
+            cause = f" (cause: {str(exc.__cause__)[-800:]})" if exc.__cause__ else ""
+            results[f"gluon.{case_id}"] = f"{type(exc).__name__}: {str(exc)[:1500]}{cause}"
     print(json.dumps(results))
