@@ -41,7 +41,7 @@ from triton.tools.tensor_descriptor import TensorDescriptor
 KERNEL_TYPE = "flash_attention"
 BACKEND = "triton"
 CONFIG = {"VARIANT": "gluon_ws", "BLOCK_M": 128, "BLOCK_N": 0, "num_stages": 3, "num_warps": 8,
-          "FP32_DOT": "tf32x3", "REVERSE": True, "MAXNREG": 0, "PINGPONG": False}
+          "FP32_DOT": "tf32x3", "REVERSE": True, "MAXNREG": 0, "PINGPONG": False, "PERSISTENT": False}
 SEARCH_SPACE = {
     "VARIANT": ["pointer", "tma", "gluon_ws"],
     "REVERSE": [False, True],
@@ -52,12 +52,17 @@ SEARCH_SPACE = {
     "FP32_DOT": ["tf32x3", "ieee"],
     "MAXNREG": [0, 128],
     "PINGPONG": [False, True],
+    "PERSISTENT": [False, True],
 }
 
 # PINGPONG (gluon_ws only) makes the two consumer warpgroups take turns issuing their wgmma (FA3's inter-warpgroup
 # schedule, through two mbarriers): 516-521 / 897 / 505-510 us against 512-514 / 869-911 / 509 us without
 # (bf16, round `gluon_ws2`), inside the spread: off by default. num_warps applies to the tl.dot kernels; the
 # gluon_ws kernel always runs 4 + 4 + 1 warps (3 warpgroups, the load warp's padded).
+# PERSISTENT (gluon_ws only): one block an SM walks the tiles (query block, batch x head) in strides of the
+# grid, its K/V ring running on from one tile to the next, so the next tile's first copies overlap this one's
+# epilogue; off: one block a tile. bf16, round `gluon_ws3`: 521-533 / 895-897 / 516-519 us against 521-527 /
+# 905-909 / 513-521 us without (510.8 / 888.1 / 514.3 us with PINGPONG too, one run): inside the spread, off.
 # MAXNREG caps registers a thread (0: the compiler's choice). 128x64 blocks at 2 stages use 96 KB of shared
 # memory but 146 registers, so one 8-warp block an SM; capped at 128 (sm_90 compile: no spill) two blocks
 # fit, so that one block's softmax could overlap the other's MMAs. Measured on the H200 it is 5-8% slower
@@ -280,16 +285,33 @@ def _gl_give_turn(turn, WG: gl.constexpr, PINGPONG: gl.constexpr):
 
 
 @gluon.jit
-def _gl_ws_consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, full, empty, turn, q_bar, o_desc, q_row, start_m,
-                    lo_masked, n_blocks, S, qk_scale, CAUSAL: gl.constexpr, NEG_SCALE: gl.constexpr,
-                    STAGES: gl.constexpr, PINGPONG: gl.constexpr):
-    """One consumer warpgroup: query rows WG * 64 .. + 64 of the block. Loop step j issues S(j) = q K(j)^T and
+def _gl_tile(tile, S, H, HKV, GROUP, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
+             REVERSE: gl.constexpr):
+    """Tile `tile` of the flattened grid, query blocks fastest (consecutive tiles share one head's K/V in L2):
+    (start_m, first q row, first K/V row, end of the unmasked key blocks, key blocks to visit)."""
+    n_m = gl.cdiv(S, BLOCK_M)
+    start_m = tile % n_m
+    if REVERSE:
+        start_m = n_m - 1 - start_m
+    bh = tile // n_m
+    lo_masked, hi = _key_range(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
+    return start_m, bh * S + start_m * BLOCK_M, ((bh // H) * HKV + (bh % H) // GROUP) * S, lo_masked, \
+        gl.cdiv(hi, BLOCK_N)
+
+
+@gluon.jit
+def _gl_ws_consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, full, empty, turn, q_full, q_empty, o_desc, first_tile,
+                    n_tiles, tile_step, S, H, HKV, GROUP, qk_scale, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr,
+                    REVERSE: gl.constexpr, NEG_SCALE: gl.constexpr, STAGES: gl.constexpr, PINGPONG: gl.constexpr):
+    """One consumer warpgroup: query rows WG * 64 .. + 64 of each tile. Loop step j issues S(j) = q K(j)^T and
     O += P(j-1) V(j-1) as asynchronous wgmma, waits for S(j) only (`wgmma.wait_group 1`) and exponentiates it while
     the P V product is still on the tensor cores: the overlap tl.dot cannot express (Triton's pipeliner waits
     for q k^T before the softmax; carrying the scores across loop steps instead makes ptxas serialise every
     wgmma of the kernel, C7514). A finished key block is signalled through its stage's `empty` mbarrier (one
     arrival a warpgroup), not a barrier of the whole block, so the two warpgroups drift apart and one's softmax
-    fills the other's tensor-core gaps: one kernel with that barrier ran 8-11% slower than the tl.dot kernel."""
+    fills the other's tensor-core gaps: one kernel with that barrier ran 8-11% slower than the tl.dot kernel.
+    `ring` counts the key blocks consumed (the stage and phase of the next), `batch` the wgmma batches issued
+    (PINGPONG's turns); both run on across the tiles of a persistent block."""
     BLOCK_N: gl.constexpr = k_smem.shape[1]
     BLOCK_D: gl.constexpr = k_smem.shape[2]
     HALF: gl.constexpr = q_smem.shape[1]
@@ -300,106 +322,130 @@ def _gl_ws_consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, full, empty, turn,
     row_s: gl.constexpr = gl.SliceLayout(1, mma_s)
     row_o: gl.constexpr = gl.SliceLayout(1, mma_o)
     q_w = q_smem.index(WG)
-    rows = start_m * (2 * HALF) + WG * HALF + gl.arange(0, HALF, layout=row_s)
     offs_n = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, mma_s))
     zero_s = gl.zeros([HALF, BLOCK_N], gl.float32, mma_s)
-    m_i = gl.full([HALF], float("-inf"), gl.float32, row_s)
-    l_i = gl.zeros([HALF], gl.float32, row_s)
-    o = gl.zeros([HALF, BLOCK_D], gl.float32, mma_o)
-    mbarrier.wait(q_bar, 0)
-    mbarrier.wait(full.index(0), 0)
-    _gl_take_turn(turn, WG, 0, PINGPONG)
-    s_tok = warpgroup_mma(q_w, k_smem.index(0).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-    _gl_give_turn(turn, WG, PINGPONG)
-    s = warpgroup_mma_wait(0, deps=[s_tok])
-    p, alpha, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, 0, offs_n, lo_masked, S, qk_scale, CAUSAL, NEG_SCALE)
-    p = gl.convert_layout(p.to(dtype), p_layout)
-    for j in range(1, n_blocks):
-        stage = j % STAGES
-        prev = (j - 1) % STAGES
-        mbarrier.wait(full.index(stage), (j // STAGES) & 1)
-        _gl_take_turn(turn, WG, j, PINGPONG)
-        s_tok = warpgroup_mma(q_w, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
-        o_tok = warpgroup_mma(p, v_smem.index(prev), o, is_async=True)
+    ring = 0
+    batch = 0
+    done = 0
+    for tile in range(first_tile, n_tiles, tile_step):
+        start_m, q_row, kv_row0, lo_masked, n_blocks = _gl_tile(tile, S, H, HKV, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                                REVERSE)
+        rows = start_m * BLOCK_M + WG * HALF + gl.arange(0, HALF, layout=row_s)
+        m_i = gl.full([HALF], float("-inf"), gl.float32, row_s)
+        l_i = gl.zeros([HALF], gl.float32, row_s)
+        o = gl.zeros([HALF, BLOCK_D], gl.float32, mma_o)
+        mbarrier.wait(q_full, done & 1)
+        mbarrier.wait(full.index(ring % STAGES), (ring // STAGES) & 1)
+        _gl_take_turn(turn, WG, batch, PINGPONG)
+        s_tok = warpgroup_mma(q_w, k_smem.index(ring % STAGES).permute((1, 0)), zero_s, use_acc=False,
+                              is_async=True)
         _gl_give_turn(turn, WG, PINGPONG)
-        s = warpgroup_mma_wait(1, deps=[s_tok])
-        p, alpha, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, j * BLOCK_N, offs_n, lo_masked, S, qk_scale,
-                                               CAUSAL, NEG_SCALE)
+        s = warpgroup_mma_wait(0, deps=[s_tok])
+        p, alpha, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, 0, offs_n, lo_masked, S, qk_scale, CAUSAL,
+                                               NEG_SCALE)
         p = gl.convert_layout(p.to(dtype), p_layout)
+        for j in range(1, n_blocks):
+            stage = (ring + j) % STAGES
+            prev = (ring + j - 1) % STAGES
+            mbarrier.wait(full.index(stage), ((ring + j) // STAGES) & 1)
+            _gl_take_turn(turn, WG, batch + j, PINGPONG)
+            s_tok = warpgroup_mma(q_w, k_smem.index(stage).permute((1, 0)), zero_s, use_acc=False, is_async=True)
+            o_tok = warpgroup_mma(p, v_smem.index(prev), o, is_async=True)
+            _gl_give_turn(turn, WG, PINGPONG)
+            s = warpgroup_mma_wait(1, deps=[s_tok])
+            p, alpha, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, j * BLOCK_N, offs_n, lo_masked, S, qk_scale,
+                                                   CAUSAL, NEG_SCALE)
+            p = gl.convert_layout(p.to(dtype), p_layout)
+            o = warpgroup_mma_wait(0, deps=[o_tok])
+            mbarrier.arrive(empty.index(prev), count=1)  # this warpgroup is done with block j - 1's stage
+            o = o * gl.convert_layout(alpha, row_o)[:, None]
+        last = (ring + n_blocks - 1) % STAGES
+        _gl_take_turn(turn, WG, batch + n_blocks, PINGPONG)
+        o_tok = warpgroup_mma(p, v_smem.index(last), o, is_async=True)
+        _gl_give_turn(turn, WG, PINGPONG)
         o = warpgroup_mma_wait(0, deps=[o_tok])
-        mbarrier.arrive(empty.index(prev), count=1)  # this warpgroup is done with block j - 1's stage
-        o = o * gl.convert_layout(alpha, row_o)[:, None]
-    _gl_take_turn(turn, WG, n_blocks, PINGPONG)
-    o_tok = warpgroup_mma(p, v_smem.index((n_blocks - 1) % STAGES), o, is_async=True)
-    _gl_give_turn(turn, WG, PINGPONG)
-    o = warpgroup_mma_wait(0, deps=[o_tok])
-    o = o / gl.convert_layout(l_i, row_o)[:, None]
-    q_w.store(o.to(dtype))  # this warpgroup's q rows are read by no wgmma now: they stage its output
-    fence_async_shared()
-    gl.thread_barrier()
-    tma.async_copy_shared_to_global(o_desc, [q_row + WG * HALF, 0], q_w)
-    tma.store_wait(0)
+        mbarrier.arrive(empty.index(last), count=1)
+        ring += n_blocks
+        batch += n_blocks + 1
+        o = o / gl.convert_layout(l_i, row_o)[:, None]
+        q_w.store(o.to(dtype))  # this warpgroup's q rows are read by no wgmma now: they stage its output
+        fence_async_shared()
+        gl.thread_barrier()
+        tma.async_copy_shared_to_global(o_desc, [q_row + WG * HALF, 0], q_w)
+        tma.store_wait(0)
+        mbarrier.arrive(q_empty, count=1)  # the copy engine has read the output: q's tile may be refilled
+        done += 1
 
 
 @gluon.jit
-def _gl_ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, full, empty, q_bar, q_row, kv_row0, n_blocks,
+def _gl_ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, full, empty, q_full, q_empty, first_tile, n_tiles,
+                  tile_step, S, H, HKV, GROUP, BLOCK_M: gl.constexpr, CAUSAL: gl.constexpr, REVERSE: gl.constexpr,
                   STAGES: gl.constexpr):
-    """The load warp: both q halves once, then K/V blocks into the STAGES-deep ring as fast as the consumers
-    free its stages."""
+    """The load warp: for each tile its K/V blocks into the STAGES-deep ring as fast as the consumers free the
+    stages, and both q halves once the previous tile's output has left q's buffer. The q copy goes after the
+    tile's first ring-full of K/V copies, so those are in flight during the previous tile's epilogue."""
     HALF: gl.constexpr = q_smem.shape[1]
     BLOCK_N: gl.constexpr = k_smem.shape[1]
-    mbarrier.expect(q_bar, 2 * q_desc.block_type.nbytes)
-    tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_bar, q_smem.index(0))
-    tma.async_copy_global_to_shared(q_desc, [q_row + HALF, 0], q_bar, q_smem.index(1))
-    for j in range(n_blocks):
-        stage = j % STAGES
-        if j >= STAGES:  # both warpgroups are done with block j - STAGES
-            mbarrier.wait(empty.index(stage), ((j // STAGES) - 1) & 1)
-        mbarrier.expect(full.index(stage), 2 * k_desc.block_type.nbytes)
-        tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0], full.index(stage), k_smem.index(stage))
-        tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0], full.index(stage), v_smem.index(stage))
+    ring = 0
+    done = 0
+    for tile in range(first_tile, n_tiles, tile_step):
+        start_m, q_row, kv_row0, lo_masked, n_blocks = _gl_tile(tile, S, H, HKV, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
+                                                                REVERSE)
+        q_after = gl.minimum(n_blocks, STAGES) - 1
+        for j in range(n_blocks):
+            stage = (ring + j) % STAGES
+            if ring + j >= STAGES:  # both warpgroups are done with the block STAGES before this one
+                mbarrier.wait(empty.index(stage), (((ring + j) // STAGES) - 1) & 1)
+            mbarrier.expect(full.index(stage), 2 * k_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(k_desc, [kv_row0 + j * BLOCK_N, 0], full.index(stage), k_smem.index(stage))
+            tma.async_copy_global_to_shared(v_desc, [kv_row0 + j * BLOCK_N, 0], full.index(stage), v_smem.index(stage))
+            if j == q_after:
+                if done > 0:
+                    mbarrier.wait(q_empty, (done - 1) & 1)
+                mbarrier.expect(q_full, 2 * q_desc.block_type.nbytes)
+                tma.async_copy_global_to_shared(q_desc, [q_row, 0], q_full, q_smem.index(0))
+                tma.async_copy_global_to_shared(q_desc, [q_row + HALF, 0], q_full, q_smem.index(1))
+        ring += n_blocks
+        done += 1
 
 
 @gluon.jit
-def _attn_fwd_gluon_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP,
+def _attn_fwd_gluon_ws(q_desc, k_desc, v_desc, o_desc, qk_scale, S, H, HKV, GROUP, n_tiles,
                        BLOCK_D: gl.constexpr, BLOCK_M: gl.constexpr, BLOCK_N: gl.constexpr, CAUSAL: gl.constexpr,
                        REVERSE: gl.constexpr, NEG_SCALE: gl.constexpr, STAGES: gl.constexpr,
                        CONSUMER_REGS: gl.constexpr, PINGPONG: gl.constexpr = False):
     """sm_90, warp-specialised (FA3's structure): one load warp and two consumer warpgroups of 64 query rows
-    each (the first is the kernel's own 4 warps, the second a worker partition). q/o descriptors hold
-    64-row tiles."""
+    each (the first is the kernel's own 4 warps, the second a worker partition). q/o descriptors hold 64-row
+    tiles. A block takes tiles first_tile, first_tile + grid, ... of the n_tiles (query block, batch x head)
+    tiles: one each when the grid covers them all, several in a persistent grid (PERSISTENT)."""
     dtype: gl.constexpr = q_desc.dtype
     HALF: gl.constexpr = BLOCK_M // 2
-    start_m = gl.program_id(0)
-    if REVERSE:
-        start_m = gl.num_programs(0) - 1 - start_m
-    bh = gl.program_id(1)
-    b = bh // H
-    hk = (bh % H) // GROUP
-    q_row = bh * S + start_m * BLOCK_M
-    kv_row0 = (b * HKV + hk) * S
-    lo_masked, hi = _key_range(start_m, S, BLOCK_M, BLOCK_N, CAUSAL)
-    n_blocks = gl.cdiv(hi, BLOCK_N)
+    first_tile = gl.program_id(0)
+    tile_step = gl.num_programs(0)
     q_smem = gl.allocate_shared_memory(dtype, [2, HALF, BLOCK_D], q_desc.layout)
     k_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_D], k_desc.layout)
     v_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_N, BLOCK_D], v_desc.layout)
     full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
     empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
-    q_bar = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_full = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
+    q_empty = gl.allocate_shared_memory(gl.int64, [1], mbarrier.MBarrierLayout())
     turn = gl.allocate_shared_memory(gl.int64, [2, 1], mbarrier.MBarrierLayout())  # PINGPONG: whose wgmma next
     for i in gl.static_range(STAGES):
         mbarrier.init(full.index(i), count=1)
         mbarrier.init(empty.index(i), count=2)  # one arrival from each consumer warpgroup
-    mbarrier.init(q_bar, count=1)
+    mbarrier.init(q_full, count=1)
+    mbarrier.init(q_empty, count=2)
     mbarrier.init(turn.index(0), count=1)
     mbarrier.init(turn.index(1), count=1)
     gl.warp_specialize([
-        (_gl_ws_consumer, (0, q_smem, k_smem, v_smem, full, empty, turn, q_bar, o_desc, q_row, start_m, lo_masked,
-                           n_blocks, S, qk_scale, CAUSAL, NEG_SCALE, STAGES, PINGPONG)),
-        (_gl_ws_consumer, (1, q_smem, k_smem, v_smem, full, empty, turn, q_bar, o_desc, q_row, start_m, lo_masked,
-                           n_blocks, S, qk_scale, CAUSAL, NEG_SCALE, STAGES, PINGPONG)),
-        (_gl_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, full, empty, q_bar, q_row, kv_row0,
-                         n_blocks, STAGES)),
+        (_gl_ws_consumer, (0, q_smem, k_smem, v_smem, full, empty, turn, q_full, q_empty, o_desc, first_tile,
+                           n_tiles, tile_step, S, H, HKV, GROUP, qk_scale, BLOCK_M, CAUSAL, REVERSE, NEG_SCALE,
+                           STAGES, PINGPONG)),
+        (_gl_ws_consumer, (1, q_smem, k_smem, v_smem, full, empty, turn, q_full, q_empty, o_desc, first_tile,
+                           n_tiles, tile_step, S, H, HKV, GROUP, qk_scale, BLOCK_M, CAUSAL, REVERSE, NEG_SCALE,
+                           STAGES, PINGPONG)),
+        (_gl_ws_loader, (q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, full, empty, q_full, q_empty, first_tile,
+                         n_tiles, tile_step, S, H, HKV, GROUP, BLOCK_M, CAUSAL, REVERSE, STAGES)),
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
@@ -435,6 +481,10 @@ def _gluon_ok(q, k, v, o, block_m, block_n, block_d):
     return (q.element_size() == 2 and block_m == 128 and block_n in (64, 128) and block_d == 128
             and S % block_m == 0 and S % block_n == 0
             and all(t.is_contiguous() and _tma_ok(t) for t in (q, k, v, o)))
+
+
+def _sm_count(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count
 
 
 _SMEM_LAYOUTS: dict = {}
@@ -484,8 +534,10 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
             descs = [GluonTensorDescriptor.from_tensor(t.view(-1, D), [rows, block_d],
                                                        _smem_layout(rows, block_d, gl_dtype))
                      for t, rows in ((q, bm // 2), (k, bn), (v, bn), (o, bm // 2))]
-            _attn_fwd_gluon_ws[grid](
-                *descs, float(sm_scale) * math.log2(math.e), S, H, k.shape[1], H // k.shape[1],
+            n_tiles = grid[0] * grid[1]
+            blocks = min(n_tiles, _sm_count(q.device)) if cfg["PERSISTENT"] else n_tiles
+            _attn_fwd_gluon_ws[(blocks,)](
+                *descs, float(sm_scale) * math.log2(math.e), S, H, k.shape[1], H // k.shape[1], n_tiles,
                 BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
                 NEG_SCALE=flags["NEG_SCALE"], STAGES=gl_stages, CONSUMER_REGS=_WS_CONSUMER_REGS,
                 PINGPONG=bool(cfg["PINGPONG"]), num_warps=4,

@@ -297,11 +297,19 @@ class _CountLaunches:
     ({"B": 1, "H": 2, "Hkv": 1, "S": 512, "D": 128, "causal": False}, {"REVERSE": False}, 0.0, True),  # zero scale
     ({"B": 1, "H": 4, "Hkv": 1, "S": 1024, "D": 128, "causal": True}, {"PINGPONG": True}, None, True),
     ({"B": 1, "H": 2, "Hkv": 2, "S": 128, "D": 128, "causal": True}, {"PINGPONG": True}, None, True),  # no loop
+    # Persistent: 256 tiles over the H200's 132 SMs, so blocks take one or two tiles and the ring, q's buffer
+    # and the turns run on from one tile to the next.
+    ({"B": 1, "H": 16, "Hkv": 4, "S": 2048, "D": 128, "causal": True}, {"PERSISTENT": True}, None, True),
+    ({"B": 2, "H": 8, "Hkv": 8, "S": 2048, "D": 128, "causal": False}, {"PERSISTENT": True, "BLOCK_N": 64}, None,
+     True),
+    ({"B": 1, "H": 16, "Hkv": 2, "S": 2048, "D": 128, "causal": True}, {"PERSISTENT": True, "PINGPONG": True},
+     None, True),
     ({"B": 1, "H": 2, "Hkv": 1, "S": 512, "D": 64, "causal": True}, {}, None, False),  # D=64: the tma kernel
     ({"B": 1, "H": 2, "Hkv": 2, "S": 512, "D": 128, "causal": True}, {"BLOCK_M": 64}, None, False),
     ({"B": 1, "H": 2, "Hkv": 2, "S": 320, "D": 128, "causal": True}, {}, None, False),  # S not a multiple of 128
 ], ids=["one-block", "gqa-ring", "wrap", "2-stages", "64-keys", "d96", "neg-scale", "zero-scale", "pingpong",
-        "pingpong-one-block", "d64-falls-back", "bm64-falls-back", "s320-falls-back"])
+        "pingpong-one-block", "persistent", "persistent-64-keys", "persistent-pingpong", "d64-falls-back",
+        "bm64-falls-back", "s320-falls-back"])
 def test_gluon_attention_on_hopper(shape: dict, config: dict, sm_scale: float | None, gluon: bool,
                                   dtype: torch.dtype) -> None:
     """VARIANT gluon_ws against the reference (the spec's inputs and its peaked_scores stress case), and the
@@ -502,7 +510,7 @@ GLUON_SM90_ATTENTION = {
     "bf16-d128-causal-3stages": {"dtype": "bf16", "BLOCK_N": 128, "CAUSAL": True, "STAGES": 3},
     "fp16-d128-64keys-2stages": {"dtype": "fp16", "BLOCK_N": 64, "CAUSAL": False, "STAGES": 2},
     "bf16-pingpong": {"dtype": "bf16", "BLOCK_N": 128, "CAUSAL": True, "STAGES": 3, "PINGPONG": True},
-}
+}  # the kernel is the same for a persistent grid: only the launch's block count differs
 
 
 def compile_gluon_attention_sm90(case: dict) -> dict:
