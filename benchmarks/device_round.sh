@@ -44,6 +44,7 @@
 #          fp16 GPT-2 also from a CUDA graph).
 #   final7: Triton attention GPU tests (new gluon_ws default), `verify`, the starter table, ncu of causal attention.
 #   gluon_ws3: Triton attention GPU tests and `verify` after the tile-loop refactor; PERSISTENT checked + timed.
+#   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
 #   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
@@ -315,6 +316,13 @@ open('$out/flash_attention_gluon_ws.py', 'w').write(f.with_config({**f.config, '
       --json "$out/verify_triton_flash.json"
     step 120 variants_ws3 python3 benchmarks/variants_gpu.py flash_attention \
       --variants benchmarks/variants/flash_attention_gluon_ws3.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/ws3"
+    ;;
+  final8)  # after the review: the Triton attention's GPU tests (each launch counted per kernel, the fp32 and strided
+    # fallbacks) and `verify` of the committed file
+    step 150 pytest_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
+    step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
+      --json "$out/verify_triton_flash.json"
     ;;
   final7)  # sixth session's closing round: GPU tests of the Triton attention (its new gluon_ws default on every spec
     # set, the Gluon kernel's own cases), `verify` of the file, the starter table (both backends, eager and

@@ -234,26 +234,48 @@ def _rope_function(obj: Any) -> Callable[..., Any] | None:
     return None
 
 
+def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[str, Any] | None:
+    """The call's arguments by name, defaults filled in (a function may default unsqueeze_dim to 2); None if
+    the call does not fit the signature (the original then raises its own error)."""
+    try:
+        bound = signature.bind(*args, **kwargs)
+    except TypeError:
+        return None
+    bound.apply_defaults()
+    return bound.arguments
+
+
 def _rotary_wrapper(ops: list[tuple[KernelOp, dict[str, Any]]], original: Callable[..., Any]) \
         -> Callable[..., Any] | None:
+    """A stand-in for a RoPE function that sends the calls our kernel handles to it and every other call to
+    the original, or None when the signature is neither form."""
     signature = inspect.signature(_rope_function(original) or original)
     params = list(signature.parameters)
     if params[:3] == ["x", "cos", "sin"] or len(params) == 3:
-        def rope(x, cos, sin):
-            half = x.shape[-1] // 2
-            if x.dim() != 4 or cos.shape != (x.shape[2], half) or sin.shape != cos.shape:
-                return original(x, cos, sin)
+        def rope(*args, **kwargs):
+            a = _arguments(signature, args, kwargs)
+            if a is None or a.get("unsqueeze_dim", 1) != 1:  # (x, cos, sin, unsqueeze_dim=1): Gemma 3n / 4 pass 2
+                return original(*args, **kwargs)
+            x, cos, sin = (a[n] for n in params[:3])
+            if not all(isinstance(t, torch.Tensor) for t in (x, cos, sin)) or x.dim() != 4 \
+                    or cos.shape != (x.shape[2], x.shape[-1] // 2) or sin.shape != cos.shape:
+                return original(*args, **kwargs)
             return _pick(ops, x)(x, cos, sin)
         return rope
     if params[:4] == ["q", "k", "cos", "sin"]:
         # Hugging Face apply_rotary_pos_emb: cos/sin [B, S, D] (the D/2 table repeated twice), the
         # same positions in every batch row for a plain forward; our kernel takes the [S, D/2] table.
-        # (q, k, cos, sin, position_ids=None, unsqueeze_dim=1) before transformers 5, without position_ids since.
-        def rope_qk(q, k, cos, sin, *args, **kwargs):
-            half = q.shape[-1] // 2
-            unsqueeze_dim = signature.bind(q, k, cos, sin, *args, **kwargs).arguments.get("unsqueeze_dim", 1)
-            if unsqueeze_dim != 1 or q.dim() != 4 or cos.dim() != 3 or cos.shape[-1] != 2 * half:
-                return original(q, k, cos, sin, *args, **kwargs)
+        # (q, k, cos, sin, position_ids=None, unsqueeze_dim=1) before transformers 5, without position_ids since;
+        # some models call it with k=None.
+        def rope_qk(*args, **kwargs):
+            a = _arguments(signature, args, kwargs)
+            if a is None or a.get("unsqueeze_dim", 1) != 1:
+                return original(*args, **kwargs)
+            q, k, cos, sin = a["q"], a["k"], a["cos"], a["sin"]
+            half = q.shape[-1] // 2 if isinstance(q, torch.Tensor) else 0
+            if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)) or q.dim() != 4 or cos.dim() != 3 \
+                    or cos.shape[-1] != 2 * half:
+                return original(*args, **kwargs)
             c, s = cos[0, :, :half], sin[0, :, :half]
             return _pick(ops, q)(q, c, s), _pick(ops, k)(k, c, s)
         return rope_qk
@@ -261,12 +283,17 @@ def _rotary_wrapper(ops: list[tuple[KernelOp, dict[str, Any]]], original: Callab
 
 
 def _rotary_function_names(module: nn.Module) -> list[str] | str:
+    """The RoPE functions `module.forward` calls by name that a stand-in can replace, or why there are none."""
     fwd = inspect.unwrap(type(module).forward)  # look through decorators (functools.wraps)
-    names = [n for n in fwd.__code__.co_names
-             if ROTARY_NAME.search(n) and _rope_function(fwd.__globals__.get(n)) is not None]
-    if not names:
+    called = [n for n in fwd.__code__.co_names
+              if ROTARY_NAME.search(n) and _rope_function(fwd.__globals__.get(n)) is not None]
+    names = [n for n in called if _rotary_wrapper([], fwd.__globals__[n]) is not None]
+    if not called:
         return (f"{type(module).__name__}.forward calls no RoPE function by name (rotary/rope): "
                 "inline RoPE code cannot be swapped")
+    if not names:
+        return (f"{type(module).__name__}.forward calls {', '.join(called)}, whose signature is neither (x, cos, "
+                "sin) nor (q, k, cos, sin, ...): no kernel call can stand in for it")
     return names
 
 

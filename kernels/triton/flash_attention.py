@@ -15,10 +15,12 @@ It needs 16-bit inputs, a contiguous last dimension and 16-byte aligned rows; ot
 variant runs. VARIANT "gluon_ws" (the default) is FA3's structure written in Gluon, Triton's lower-level
 language, for sm_90: a load warp fills a 3-stage K/V ring through TMA while two consumer warpgroups of 64
 query rows each run asynchronous wgmma, block j's softmax overlapping block j-1's P V product; where it
-cannot run (another GPU, fp32, D <= 64, S not a multiple of the blocks, strided tensors) the "tma" kernel
-does. On the H200 at 2x32x4096x128 bf16 (benchmarks/variants_gpu.py, rounds `gluon_ws`, `gluon_ws2`):
-512-514 us causal (537 TFLOP/s), 869-913 us not causal, 506-509 us GQA 32/8: 0.99-1.04x SDPA, against the
-tma kernel's 550-576 / 995-1,015 / 575-591 us (0.85-0.96x) and 681 / 1,232 / 698 us for "pointer" 128x64.
+cannot run (another GPU, D <= 64, S not a multiple of the blocks, strided tensors, fewer than 2 stages) the
+"tma" kernel does, and the pointer kernel where TMA cannot (fp32, unaligned rows). On the H200 at
+2x32x4096x128 bf16 (benchmarks/variants_gpu.py): 512-514 us causal (537 TFLOP/s), 869-913 us not causal,
+506-509 us GQA 32/8, 0.99-1.04x SDPA (rounds `gluon_ws`, `gluon_ws2`); as the tile loop it is now (round
+`gluon_ws3`) 522-528 / 905-909 / 513-521 us, 0.99-1.01x SDPA in that round; the tma kernel 550-576 /
+995-1,015 / 575-591 us (0.85-0.96x), "pointer" 128x64 681 / 1,232 / 698 us.
 """
 
 import math
@@ -309,7 +311,7 @@ def _gl_ws_consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, full, empty, turn,
     for q k^T before the softmax; carrying the scores across loop steps instead makes ptxas serialise every
     wgmma of the kernel, C7514). A finished key block is signalled through its stage's `empty` mbarrier (one
     arrival a warpgroup), not a barrier of the whole block, so the two warpgroups drift apart and one's softmax
-    fills the other's tensor-core gaps: one kernel with that barrier ran 8-11% slower than the tl.dot kernel.
+    fills the other's tensor-core gaps: one kernel with that barrier ran 6-12% slower than the tl.dot kernel.
     `ring` counts the key blocks consumed (the stage and phase of the next), `batch` the wgmma batches issued
     (PINGPONG's turns); both run on across the tiles of a persistent block."""
     BLOCK_N: gl.constexpr = k_smem.shape[1]
@@ -328,8 +330,7 @@ def _gl_ws_consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, full, empty, turn,
     batch = 0
     done = 0
     for tile in range(first_tile, n_tiles, tile_step):
-        start_m, q_row, kv_row0, lo_masked, n_blocks = _gl_tile(tile, S, H, HKV, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
-                                                                REVERSE)
+        start_m, q_row, _, lo_masked, n_blocks = _gl_tile(tile, S, H, HKV, GROUP, BLOCK_M, BLOCK_N, CAUSAL, REVERSE)
         rows = start_m * BLOCK_M + WG * HALF + gl.arange(0, HALF, layout=row_s)
         m_i = gl.full([HALF], float("-inf"), gl.float32, row_s)
         l_i = gl.zeros([HALF], gl.float32, row_s)
@@ -341,8 +342,7 @@ def _gl_ws_consumer(WG: gl.constexpr, q_smem, k_smem, v_smem, full, empty, turn,
                               is_async=True)
         _gl_give_turn(turn, WG, PINGPONG)
         s = warpgroup_mma_wait(0, deps=[s_tok])
-        p, alpha, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, 0, offs_n, lo_masked, S, qk_scale, CAUSAL,
-                                               NEG_SCALE)
+        p, _, m_i, l_i = _gl_softmax_block(s, m_i, l_i, rows, 0, offs_n, lo_masked, S, qk_scale, CAUSAL, NEG_SCALE)
         p = gl.convert_layout(p.to(dtype), p_layout)
         for j in range(1, n_blocks):
             stage = (ring + j) % STAGES
@@ -389,8 +389,7 @@ def _gl_ws_loader(q_desc, k_desc, v_desc, q_smem, k_smem, v_smem, full, empty, q
     ring = 0
     done = 0
     for tile in range(first_tile, n_tiles, tile_step):
-        start_m, q_row, kv_row0, lo_masked, n_blocks = _gl_tile(tile, S, H, HKV, GROUP, BLOCK_M, BLOCK_N, CAUSAL,
-                                                                REVERSE)
+        _, q_row, kv_row0, _, n_blocks = _gl_tile(tile, S, H, HKV, GROUP, BLOCK_M, BLOCK_N, CAUSAL, REVERSE)
         q_after = gl.minimum(n_blocks, STAGES) - 1
         for j in range(n_blocks):
             stage = (ring + j) % STAGES
@@ -474,8 +473,10 @@ def _gluon_ok(q, k, v, o, block_m, block_n, block_d):
     tcgen05), 16-bit contiguous tensors in flat [rows, D] form (S a multiple of both blocks), 128-row query
     blocks (two 64-row consumer warpgroups) and D padding to 128. At D = 64 (8x12x1024x64 fp16, from a CUDA
     graph) it ran 62.4 / 83.6 us against the tma kernel's 53.7 / 70.1 us: its register split (setmaxnreg) holds
-    one block an SM, where the tma kernel fits several. Elsewhere the tma kernel runs."""
-    if q.device.type != "cuda" or torch.cuda.get_device_capability(q.device)[0] != 9:
+    one block an SM, where the tma kernel fits several. Elsewhere the tma kernel runs, or the pointer kernel where
+    TMA cannot (fp32, unaligned rows)."""
+    # ROCm reports its own gfx9 GPUs (MI200, MI300) as compute capability 9.x: CUDA only.
+    if q.device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(q.device)[0] != 9:
         return False
     S = q.shape[2]
     return (q.element_size() == 2 and block_m == 128 and block_n in (64, 128) and block_d == 128
@@ -527,8 +528,9 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
     if cfg["MAXNREG"]:
         flags["maxnreg"] = cfg["MAXNREG"]
     if cfg["VARIANT"] == "gluon_ws" and _gluon_ok(q, k, v, o, bm, bn, block_d):
-        gl_stages = min(cfg["num_stages"], room // per_stage)
-        if gl_stages >= 2:  # block j - STAGES's stage takes block j: with one stage V(j - 1) would be overwritten
+        # Two stages at least: with one, the loader would wait for block j - 1's stage to be freed before loading
+        # block j, while the consumers free it only after block j's scores (a hang).
+        if stages >= 2:
             gl_dtype = gl.bfloat16 if q.dtype == torch.bfloat16 else gl.float16
             # q and o move in 64-row halves, one a consumer warpgroup.
             descs = [GluonTensorDescriptor.from_tensor(t.view(-1, D), [rows, block_d],
@@ -539,7 +541,7 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
             _attn_fwd_gluon_ws[(blocks,)](
                 *descs, float(sm_scale) * math.log2(math.e), S, H, k.shape[1], H // k.shape[1], n_tiles,
                 BLOCK_D=block_d, BLOCK_M=bm, BLOCK_N=bn, CAUSAL=bool(causal), REVERSE=bool(cfg["REVERSE"]),
-                NEG_SCALE=flags["NEG_SCALE"], STAGES=gl_stages, CONSUMER_REGS=_WS_CONSUMER_REGS,
+                NEG_SCALE=flags["NEG_SCALE"], STAGES=stages, CONSUMER_REGS=_WS_CONSUMER_REGS,
                 PINGPONG=bool(cfg["PINGPONG"]), num_warps=4,
             )
             return
@@ -553,6 +555,9 @@ def _launch(q, k, v, o, causal, sm_scale, cfg):
             UPCAST=upcast, FLAT=flat, num_stages=stages, num_warps=cfg["num_warps"], **flags,
         )
         return
+    if cfg["VARIANT"] not in SEARCH_SPACE["VARIANT"]:
+        raise ValueError(f"flash_attention CONFIG VARIANT must be one of {SEARCH_SPACE['VARIANT']}, got "
+                         f"{cfg['VARIANT']!r}: pick one of those")
     _attn_fwd[grid](
         q, k, v, o, float(sm_scale) * math.log2(math.e), S, H, H // k.shape[1],
         *q.stride(), *k.stride(), *v.stride(), *o.stride(),

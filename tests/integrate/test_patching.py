@@ -79,3 +79,82 @@ def test_bert_sdpa_redirect_non_causal(tmp_path):
     with torch.no_grad():
         torch.testing.assert_close(patched(*inputs), model(*inputs), rtol=3e-2, atol=3e-2)
     assert "flash_attention_0" in _seen_ops(lambda: patched(*inputs))
+
+
+# -- RoPE stand-ins: the signatures transformers has used, and the calls that must go to the original -------------
+class _Recorder:
+    """A kernel op that records its calls and returns a marker (x * 0 + 7)."""
+
+    def __init__(self) -> None:
+        self.calls = 0
+
+    def __call__(self, x, cos, sin):
+        self.calls += 1
+        return x * 0 + 7
+
+
+def _hf_rope(q, k, cos, sin, unsqueeze_dim=1):  # transformers 5: no position_ids
+    return ("original", unsqueeze_dim)
+
+
+def _hf_rope_v4(q, k, cos, sin, position_ids=None, unsqueeze_dim=1):  # transformers 4
+    return ("original", unsqueeze_dim)
+
+
+def _rope_default_two(q, k, cos, sin, unsqueeze_dim=2):
+    return ("original", unsqueeze_dim)
+
+
+def _rope_x(x, cos, sin, unsqueeze_dim=1):  # Gemma 3n / 4 style, called with unsqueeze_dim=2
+    return ("original", unsqueeze_dim)
+
+
+class _HubWrapped(torch.nn.Module):  # transformers 5 wraps apply_rotary_pos_emb so a hub kernel can replace it
+    def forward(self, q, k, cos, sin, unsqueeze_dim=1):
+        return ("original", unsqueeze_dim)
+
+
+def _qk_inputs():
+    q, k = torch.randn(1, 2, 5, 8), torch.randn(1, 2, 5, 8)
+    cos, sin = torch.randn(1, 5, 8), torch.randn(1, 5, 8)
+    return q, k, cos, sin
+
+
+@pytest.mark.parametrize("original", [_hf_rope, _hf_rope_v4, _HubWrapped()], ids=["v5", "v4", "hub-module"])
+def test_rope_standin_routes_the_kernel_case_and_passes_the_rest(original):
+    from autokernel_ci.integrate.patching import _rotary_wrapper
+    op = _Recorder()
+    rope = _rotary_wrapper([(op, {})], original)
+    q, k, cos, sin = _qk_inputs()
+    out_q, out_k = rope(q, k, cos, sin)
+    assert op.calls == 2 and bool((out_q == 7).all()) and bool((out_k == 7).all())
+    assert rope(q, k, cos, sin, unsqueeze_dim=2) == ("original", 2)
+    assert rope(q, None, cos, sin) == ("original", 1)  # k=None: a caller rotating q alone
+    assert op.calls == 2
+
+
+def test_rope_standin_honours_a_default_unsqueeze_dim_and_an_x_form_keyword():
+    from autokernel_ci.integrate.patching import _rotary_wrapper
+    op = _Recorder()
+    q, k, cos, sin = _qk_inputs()
+    assert _rotary_wrapper([(op, {})], _rope_default_two)(q, k, cos, sin) == ("original", 2)
+    x_rope = _rotary_wrapper([(op, {})], _rope_x)
+    assert x_rope(q, cos, sin, unsqueeze_dim=2) == ("original", 2)  # raised TypeError before
+    table = torch.randn(5, 4)
+    assert bool((x_rope(q, table, table) == 7).all())  # [S, D/2] tables: the kernel
+    assert op.calls == 1
+
+
+def apply_rotary_emb_strange(a, b, c, d, e, f):  # a module-level RoPE function the forward calls by name
+    return a
+
+
+class _StrangeAttention(torch.nn.Module):
+    def forward(self, x):
+        return apply_rotary_emb_strange(x, x, x, x, x, x)
+
+
+def test_rope_function_with_an_unknown_signature_is_skipped_with_the_reason():
+    from autokernel_ci.integrate.patching import _rotary_function_names
+    reason = _rotary_function_names(_StrangeAttention())
+    assert isinstance(reason, str) and "apply_rotary_emb_strange" in reason and "signature" in reason

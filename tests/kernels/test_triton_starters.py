@@ -23,6 +23,7 @@ import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autokernel_ci import kernelfile
+from autokernel_ci.agents.policy import GLUON_IMPORTS
 from autokernel_ci.compare import compare
 from autokernel_ci.specs import KERNEL_TYPES, get_spec
 
@@ -139,10 +140,8 @@ def test_starter_exists_and_meets_contract(kernel_type: str) -> None:
     source = kf.source
     imports = {line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))}
     # Triton's own modules only: its language, host descriptors and Gluon (flash attention's sm_90 kernel).
-    allowed = {"torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math"}
-    extra = {m for m in imports - allowed
-             if not m.startswith("triton.experimental.gluon") and m != "triton.experimental"}
-    assert not extra, f"starters need only torch + triton: {extra}"
+    allowed = {"torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math"} | GLUON_IMPORTS
+    assert imports <= allowed, f"starters need only torch + triton: {imports - allowed}"
     assert "autokernel_ci" not in source
 
 
@@ -314,23 +313,47 @@ def test_gluon_attention_on_hopper(shape: dict, config: dict, sm_scale: float | 
                                   dtype: torch.dtype) -> None:
     """VARIANT gluon_ws against the reference (the spec's inputs and its peaked_scores stress case), and the
     kernel that ran is the one the launcher's rule picks: the Gluon kernel, or the tma kernel where it falls
-    back."""
+    back (each launch counted, so a fall-through after the Gluon launch would show)."""
+    inputs = _inputs("flash_attention", shape, dtype, seed=3)
+    if sm_scale is not None:
+        inputs = (*inputs[:4], sm_scale)
+    peaked = next(c for c in get_spec("flash_attention").stress_cases if c.name == "peaked_scores")
+    launches = _attention_launches({"VARIANT": "gluon_ws", **config}, [
+        inputs, peaked.make_inputs(shape, dtype, DEVICE, torch.Generator(device=DEVICE).manual_seed(4))], dtype)
+    assert launches == {"_attn_fwd_gluon_ws": 2 if gluon else 0, "_attn_fwd_tma": 0 if gluon else 2, "_attn_fwd": 0}
+
+
+@pytest.mark.skipif(not HOPPER, reason="the gluon_ws fallbacks are those of an sm_90 GPU")
+@pytest.mark.parametrize(("dtype", "layout", "kernel"), [
+    (torch.float32, "contiguous", "_attn_fwd"),  # fp32: no TMA, the pointer kernel
+    (torch.bfloat16, "transposed", "_attn_fwd_tma"),  # q/k/v/o viewed from [B, S, H, D]: the 4-d descriptors
+], ids=["fp32-pointer", "strided-tma"])
+def test_gluon_attention_fallbacks_on_hopper(dtype: torch.dtype, layout: str, kernel: str) -> None:
+    shape = {"B": 1, "H": 4, "Hkv": 2, "S": 256, "D": 128, "causal": True}
+    inputs = list(_inputs("flash_attention", shape, dtype, seed=5))
+    if layout == "transposed":
+        inputs[:3] = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in inputs[:3]]
+    launches = _attention_launches({"VARIANT": "gluon_ws"}, [tuple(inputs)], dtype)
+    assert launches == {"_attn_fwd_gluon_ws": 0, "_attn_fwd_tma": 0, "_attn_fwd": 0} | {kernel: 1}
+
+
+def _attention_launches(config: dict, cases: list, dtype: torch.dtype) -> dict[str, int]:
+    """Run the attention starter with `config` on each case (checked against the reference); launches per kernel."""
     module = _module("flash_attention")
-    saved, kernel = module.CONFIG, module._attn_fwd_gluon_ws
-    module.CONFIG = {**saved, "VARIANT": "gluon_ws", **config}
-    module._attn_fwd_gluon_ws = counter = _CountLaunches(kernel)
+    names = ("_attn_fwd_gluon_ws", "_attn_fwd_tma", "_attn_fwd")
+    saved_config, saved = module.CONFIG, {n: getattr(module, n) for n in names}
+    counters = {n: _CountLaunches(k) for n, k in saved.items()}
+    module.CONFIG = {**saved_config, **config}
+    for n, c in counters.items():
+        setattr(module, n, c)
     try:
-        inputs = _inputs("flash_attention", shape, dtype, seed=3)
-        if sm_scale is not None:
-            inputs = (*inputs[:4], sm_scale)
-        run_and_check(module, "flash_attention", inputs, dtype)
-        peaked = next(c for c in get_spec("flash_attention").stress_cases if c.name == "peaked_scores")
-        run_and_check(module, "flash_attention",
-                      peaked.make_inputs(shape, dtype, DEVICE, torch.Generator(device=DEVICE).manual_seed(4)), dtype)
+        for inputs in cases:
+            run_and_check(module, "flash_attention", inputs, dtype)
     finally:
-        module.CONFIG, module._attn_fwd_gluon_ws = saved, kernel
-    assert counter.launches == (2 if gluon else 0), \
-        f"the Gluon kernel ran {counter.launches} of 2 times, expected {'both' if gluon else 'none (fallback)'}"
+        module.CONFIG = saved_config
+        for n, k in saved.items():
+            setattr(module, n, k)
+    return {n: c.launches for n, c in counters.items()}
 
 
 @pytest.mark.parametrize("kernel_type", ["flash_attention", "fused_mlp"])
