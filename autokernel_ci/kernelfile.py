@@ -37,6 +37,9 @@ class KernelFile:
     summary: str
     path: Path | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+    # KNOB_SCOPE (optional): knob -> {other knob: [values]}; the knob acts only while every other knob named holds
+    # one of its values (PINGPONG only with VARIANT "gluon_ws"). Elsewhere its value builds the same kernel.
+    knob_scope: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
     @property
     def source_hash(self) -> str:
@@ -44,6 +47,15 @@ class KernelFile:
 
     def with_config(self, config: Mapping[str, Any]) -> KernelFile:
         return parse(replace_config(self.source, config), self.path)
+
+    def canonical(self, config: Mapping[str, Any]) -> dict[str, Any]:
+        """`config` with every knob that has no effect there (KNOB_SCOPE) set to its first SEARCH_SPACE value, so
+        configs that build the same kernel read the same (and hash the same once written)."""
+        out = dict(config)
+        for knob, scope in self.knob_scope.items():
+            if any(config.get(other) not in values for other, values in scope.items()):
+                out[knob] = self.search_space[knob][0]
+        return out
 
     def config_points(self) -> Iterator[dict[str, Any]]:
         """Every CONFIG the SEARCH_SPACE allows (the cross product, keys in file order)."""
@@ -149,6 +161,8 @@ def parse(source: str, path: Path | None = None) -> KernelFile:
             raise KernelFileError(f"{where}: SEARCH_SPACE[{key!r}] must be a non-empty list, got {options!r}")
         if key not in config:
             raise KernelFileError(f"{where}: SEARCH_SPACE names {key!r} which CONFIG does not set; add it to CONFIG")
+    scope = _literal(assigns["KNOB_SCOPE"].value, "KNOB_SCOPE") if "KNOB_SCOPE" in assigns else {}
+    _check_knob_scope(scope, space, where)
     fn = next((n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "kernel_fn"), None)
     if fn is None:
         raise KernelFileError(f"{where}: no top-level `def kernel_fn(...)`")
@@ -166,7 +180,26 @@ def parse(source: str, path: Path | None = None) -> KernelFile:
         search_space=space,
         summary=(ast.get_docstring(tree) or "").strip().splitlines()[0] if ast.get_docstring(tree) else "",
         path=path,
+        knob_scope=scope,
     )
+
+
+def _check_knob_scope(scope: Any, space: dict[str, list[Any]], where: str) -> None:
+    fix = 'write KNOB_SCOPE = {"KNOB": {"OTHER_KNOB": [values where KNOB acts]}} with SEARCH_SPACE names and values'
+    if not isinstance(scope, dict):
+        raise KernelFileError(f"{where}: KNOB_SCOPE must be a dict, got {scope!r}: {fix}")
+    for knob, conditions in scope.items():
+        if knob not in space:
+            raise KernelFileError(f"{where}: KNOB_SCOPE names {knob!r}, which SEARCH_SPACE does not: {fix}")
+        if not isinstance(conditions, dict) or not conditions:
+            raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}] must be a non-empty dict, got {conditions!r}: {fix}")
+        for other, values in conditions.items():
+            if other == knob or other not in space:
+                raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}] depends on {other!r}, which is not another "
+                                      f"SEARCH_SPACE knob: {fix}")
+            if not isinstance(values, list) or not values or any(v not in space[other] for v in values):
+                raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}][{other!r}] = {values!r} must be a non-empty "
+                                      f"list of SEARCH_SPACE[{other!r}] values {space[other]!r}: {fix}")
 
 
 def load(path: str | Path) -> KernelFile:

@@ -151,3 +151,40 @@ def test_own_kernel_names_unwraps_autotuned_and_heuristics_kernels(tmp_path):
     spec.loader.exec_module(module)
     source = 'extern "C" __global__ void __launch_bounds__(256) extra_kernel(float* y) {}'
     assert kernelfile.own_kernel_names(module, source) == ("_tuned", "_guessed", "_plain", "extra_kernel")
+
+
+SCOPED = GOOD.replace('SEARCH_SPACE = {"BLOCK": [512, 1024], "num_warps": [4, 8]}',
+                      'SEARCH_SPACE = {"BLOCK": [512, 1024], "num_warps": [4, 8]}\n'
+                      'KNOB_SCOPE = {"num_warps": {"BLOCK": [1024]}}')
+
+
+def test_knob_scope_makes_inactive_knobs_canonical():
+    kf = kernelfile.parse(SCOPED)
+    assert kf.knob_scope == {"num_warps": {"BLOCK": [1024]}}
+    assert kf.canonical({"BLOCK": 512, "num_warps": 8}) == {"BLOCK": 512, "num_warps": 4}  # no effect at 512
+    assert kf.canonical({"BLOCK": 1024, "num_warps": 8}) == {"BLOCK": 1024, "num_warps": 8}
+    distinct = {tuple(sorted(kf.canonical(p).items())) for p in kf.config_points()}
+    assert len(distinct) == 3  # 512 once, 1024 with either num_warps
+    assert kernelfile.parse(GOOD).knob_scope == {}  # optional
+
+
+@pytest.mark.parametrize(("scope", "message"), [
+    ('["num_warps"]', "KNOB_SCOPE must be a dict"),
+    ('{"stages": {"BLOCK": [1024]}}', "names 'stages', which SEARCH_SPACE does not"),
+    ('{"num_warps": {}}', "must be a non-empty dict"),
+    ('{"num_warps": {"num_warps": [4]}}', "which is not another SEARCH_SPACE knob"),
+    ('{"num_warps": {"BLOCK": [2048]}}', r"must be a non-empty list of SEARCH_SPACE\['BLOCK'\] values"),
+])
+def test_knob_scope_mistakes_are_named(scope: str, message: str):
+    source = SCOPED.replace('KNOB_SCOPE = {"num_warps": {"BLOCK": [1024]}}', f"KNOB_SCOPE = {scope}")
+    with pytest.raises(KernelFileError, match=message):
+        kernelfile.parse(source)
+
+
+@pytest.mark.parametrize(("kernel_type", "backend"), [("flash_attention", "triton"), ("flash_attention", "cuda"),
+                                                      ("matmul", "cuda")])
+def test_starters_scope_their_variant_knobs(kernel_type: str, backend: str):
+    """The starters with variant-only knobs declare them, and the starter's own CONFIG is canonical."""
+    kf = kernelfile.load(starter_kernel(kernel_type, backend))
+    assert kf.knob_scope, f"{kernel_type}/{backend} declares no KNOB_SCOPE"
+    assert kf.canonical(kf.config) == kf.config

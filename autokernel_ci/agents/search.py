@@ -78,8 +78,9 @@ class SearchAgent(Agent):
                         yield {**config, key: options[here + step]}
 
     def _candidate(self, kernel: KernelFile, config: dict[str, Any], measured: set[str]) -> KernelFile | None:
+        """The file at `config` with its inactive knobs canonical (KNOB_SCOPE), unless that kernel was measured."""
         try:
-            cand = kernel.with_config(config)
+            cand = kernel.with_config(kernel.canonical(config))
         except KernelFileError:
             return None
         return None if cand.source_hash in measured else cand
@@ -92,7 +93,7 @@ class SearchAgent(Agent):
         verified.sort(key=lambda r: (r["median_us"], r["n"]))
         return [r["config"] for r in verified[: self.beam_width]]
 
-    def _restart(self, state: AgentState, measured: set[str]) -> tuple[KernelFile, str] | None:
+    def _restart(self, state: AgentState, measured: set[str]) -> tuple[KernelFile, dict[str, Any]] | None:
         kernel = state.best
         rng = random.Random(f"{self.seed}:{state.op_id}:{len(measured)}")
         size = 1
@@ -118,19 +119,23 @@ class SearchAgent(Agent):
         kernel = state.best
         if not kernel.search_space:
             return None
-        measured = set(state.measured) | {kernel.source_hash}
+        # The best as measured, and in canonical form: a move of a knob that has no effect there builds it again.
+        canonical_best = kernel.with_config(kernel.canonical(kernel.config))
+        measured = set(state.measured) | {kernel.source_hash, canonical_best.source_hash}
         for cfg in self.neighbours(kernel, kernel.config):
             cand = self._candidate(kernel, cfg, measured)
             if cand is not None:
-                return Proposal(cand.source, f"{describe(cfg, kernel.config)} (descent)", config=cfg, agent=self.name)
+                return self._proposal(cand, kernel, "descent")
         for base in self._beam_bases(state):
             for cfg in self.neighbours(kernel, base):
                 cand = self._candidate(kernel, cfg, measured)
                 if cand is not None:
-                    return Proposal(cand.source, f"{describe(cfg, kernel.config)} (beam)", config=cfg,
-                                    agent=self.name)
+                    return self._proposal(cand, kernel, "beam")
         found = self._restart(state, measured)
         if found is None:
             return None
-        cand, cfg = found
-        return Proposal(cand.source, f"{describe(cfg, kernel.config)} (restart)", config=cfg, agent=self.name)
+        return self._proposal(found[0], kernel, "restart")
+
+    def _proposal(self, cand: KernelFile, kernel: KernelFile, how: str) -> Proposal:
+        return Proposal(cand.source, f"{describe(cand.config, kernel.config)} ({how})", config=cand.config,
+                        agent=self.name)

@@ -59,6 +59,11 @@ CONFIG = {"VARIANT": "wgmma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BL
 SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],
                 "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4],
                 "WG_PIPELINE": [0, 1, 2], "WG_PIN": [0, 1]}
+# Knobs that act only under some values of others (the search agent skips moves that rebuild one kernel): the WG_
+# knobs only in the wgmma kernel, WG_PIN only with a pipelined schedule. WARPS / BLOCK_N / MIN_BLOCKS are not scoped:
+# the wgmma variant falls back to the mma kernel off sm_90.
+KNOB_SCOPE = {"WG_BLOCK_N": {"VARIANT": ["wgmma"]}, "WG_STAGES": {"VARIANT": ["wgmma"]},
+              "WG_PIPELINE": {"VARIANT": ["wgmma"]}, "WG_PIN": {"VARIANT": ["wgmma"], "WG_PIPELINE": [1, 2]}}
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128

@@ -80,6 +80,13 @@ SEARCH_SPACE = {
     "WG_L2_PROMOTION": [128, 256],
     "WG_CLUSTER": [1, 2],
 }
+# Knobs that act only under some values of others (the search agent skips moves that rebuild one kernel): the WG_
+# knobs only in the wgmma kernel, WG_STORE_SPLIT only with the TMA-store epilogue. TILE / BK / STAGES / GROUP_M are
+# not scoped: the wgmma variant falls back to the mma kernel off sm_90 (and GROUP_M orders its tiles too).
+KNOB_SCOPE = {"WG_TILE": {"VARIANT": ["wgmma"]}, "WG_STAGES": {"VARIANT": ["wgmma"]},
+              "WG_PERSISTENT": {"VARIANT": ["wgmma"]}, "WG_TMA_STORE": {"VARIANT": ["wgmma"]},
+              "WG_STORE_SPLIT": {"VARIANT": ["wgmma"], "WG_TMA_STORE": [True]},
+              "WG_L2_PROMOTION": {"VARIANT": ["wgmma"]}, "WG_CLUSTER": {"VARIANT": ["wgmma"]}}
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).

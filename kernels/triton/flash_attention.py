@@ -56,6 +56,9 @@ SEARCH_SPACE = {
     "PINGPONG": [False, True],
     "PERSISTENT": [False, True],
 }
+# Knobs that act only under some values of others (the search agent then skips moves that rebuild one kernel).
+# num_warps, MAXNREG and BLOCK_M are not scoped to the tl.dot variants: gluon_ws falls back to the tma kernel.
+KNOB_SCOPE = {"PINGPONG": {"VARIANT": ["gluon_ws"]}, "PERSISTENT": {"VARIANT": ["gluon_ws"]}}
 
 # PINGPONG (gluon_ws only) makes the two consumer warpgroups take turns issuing their wgmma (FA3's inter-warpgroup
 # schedule, through two mbarriers): 516-521 / 897 / 505-510 us against 512-514 / 869-911 / 509 us without

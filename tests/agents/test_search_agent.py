@@ -116,3 +116,15 @@ def test_file_without_search_space_gives_none():
     kernel = parse(SMALL.replace('SEARCH_SPACE = {"BLOCK": [32, 64, 128], "VARIANT": ["a", "b", "c"], '
                                  '"num_warps": [4, 8]}', "SEARCH_SPACE = {}"))
     assert SearchAgent().propose(_state(kernel)) is None
+
+
+def test_moves_of_an_inactive_knob_are_not_measured():
+    """KNOB_SCOPE: num_warps acts only with VARIANT "c"; the agent measures each distinct kernel once."""
+    scope = 'KNOB_SCOPE = {"num_warps": {"VARIANT": ["c"]}}\n'
+    source = SMALL.replace('"num_warps": [4, 8]}\n', '"num_warps": [4, 8]}\n' + scope)
+    kernel = parse(source)
+    seen, _, _ = _drive(kernel, 100)
+    canonical = {kernel.with_config(kernel.canonical(p)).source_hash for p in kernel.config_points()}
+    assert len(canonical) == 3 * 2 + 2 * 3  # VARIANT c: 3 BLOCK x 2 num_warps; a and b: 3 BLOCK each
+    assert len(seen) == len(set(seen)) == len(canonical) - 1  # every distinct kernel but the starter's, once
+    assert set(seen) <= canonical  # each proposal written in canonical form
