@@ -45,6 +45,7 @@
 #   final7: Triton attention GPU tests (new gluon_ws default), `verify`, the starter table, ncu of causal attention.
 #   gluon_ws3: Triton attention GPU tests and `verify` after the tile-loop refactor; PERSISTENT checked + timed.
 #   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
+#   flash_table: the attention rows of the starter table for the committed Gluon kernel.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
 #   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
@@ -323,6 +324,11 @@ open('$out/flash_attention_gluon_ws.py', 'w').write(f.with_config({**f.config, '
       tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
     step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
       --json "$out/verify_triton_flash.json"
+    ;;
+  flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
+    # Gluon kernel (final7's table ran it before its tile-loop refactor)
+    step 150 starters_flash python3 benchmarks/check_starters_gpu.py --skip-check --types flash_attention \
+      --backends triton,cuda --out "$out/flash"
     ;;
   final7)  # sixth session's closing round: GPU tests of the Triton attention (its new gluon_ws default on every spec
     # set, the Gluon kernel's own cases), `verify` of the file, the starter table (both backends, eager and
