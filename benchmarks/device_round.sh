@@ -81,6 +81,13 @@ matmul_gpu_tests() {
   step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
     tests/kernels/test_cuda_starters.py -k "gpu and matmul"
 }
+triton_attention_checks() {  # the Triton attention's GPU tests (every spec set, the Gluon kernel's cases and
+  # fallbacks) and `verify` of the file as it is
+  step 150 pytest_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+    tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
+  step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
+    --json "$out/verify_triton_flash.json"
+}
 second_dtypes() {  # the Triton starters at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes
   step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
     --dtype fp16 --time-set gpt2 --out "$out/fp16_gpt2"
@@ -284,14 +291,9 @@ case "${1:-check}" in
       --json "$out/verify_cuda_matmul.json"
     cuda_matmul_variants benchmarks/variants/cuda_matmul_store.json
     ;;
-  gluon_ws)  # the warp-specialised Gluon attention (VARIANT gluon_ws): GPU tests of the Gluon kernel, `verify` of
-    # the file with gluon_ws as CONFIG, checked on every set and timed (alternating with the default)
-    step 200 pytest_gluon env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_triton_starters.py -k gluon
-    python3 -c "from autokernel_ci import kernelfile as k; f = k.load('kernels/triton/flash_attention.py'); \
-open('$out/flash_attention_gluon_ws.py', 'w').write(f.with_config({**f.config, 'VARIANT': 'gluon_ws'}).source)"
-    step 100 verify_gluon_ws python3 -m autokernel_ci verify "$out/flash_attention_gluon_ws.py" --device cuda \
-      --json "$out/verify_gluon_ws.json"
+  gluon_ws)  # the warp-specialised Gluon attention (VARIANT gluon_ws, the default since): GPU tests, `verify`,
+    # checked on every set and timed (alternating with the tma kernel)
+    triton_attention_checks
     step 120 variants_gluon_ws python3 benchmarks/variants_gpu.py flash_attention \
       --variants benchmarks/variants/flash_attention_gluon_ws.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/ws"
     step 60 variants_gluon_ws_gpt2 python3 benchmarks/variants_gpu.py flash_attention --dtype fp16 --time-set gpt2 \
@@ -311,19 +313,13 @@ open('$out/flash_attention_gluon_ws.py', 'w').write(f.with_config({**f.config, '
     ;;
   gluon_ws3)  # the Gluon attention's tile loop (the refactor after final7) and PERSISTENT: GPU tests of the Triton
     # attention, `verify` at the default, PERSISTENT points checked on every set and timed against the default
-    step 150 pytest_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
-    step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
-      --json "$out/verify_triton_flash.json"
+    triton_attention_checks
     step 120 variants_ws3 python3 benchmarks/variants_gpu.py flash_attention \
       --variants benchmarks/variants/flash_attention_gluon_ws3.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/ws3"
     ;;
   final8)  # after the review: the Triton attention's GPU tests (each launch counted per kernel, the fp32 and strided
     # fallbacks) and `verify` of the committed file
-    step 150 pytest_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
-    step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
-      --json "$out/verify_triton_flash.json"
+    triton_attention_checks
     ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)
@@ -333,10 +329,7 @@ open('$out/flash_attention_gluon_ws.py', 'w').write(f.with_config({**f.config, '
   final7)  # sixth session's closing round: GPU tests of the Triton attention (its new gluon_ws default on every spec
     # set, the Gluon kernel's own cases), `verify` of the file, the starter table (both backends, eager and
     # torch.compile), ncu of the causal case (SDPA, Triton, CUDA)
-    step 150 pytest_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
-    step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
-      --json "$out/verify_triton_flash.json"
+    triton_attention_checks
     step 220 starters_bf16 python3 benchmarks/check_starters_gpu.py --skip-check --out "$out/bf16"
     step 90 ncu_flash ncu --clock-control none --profile-from-start off --section SpeedOfLight \
       --section WarpStateStats --section LaunchStats --section Occupancy \

@@ -245,13 +245,30 @@ def _arguments(signature: inspect.Signature, args: tuple, kwargs: dict) -> dict[
     return bound.arguments
 
 
+def _rope_form(original: Callable[..., Any]) -> tuple[str, inspect.Signature] | None:
+    """"x" for rope(x, cos, sin[, unsqueeze_dim]), "qk" for Hugging Face's (q, k, cos, sin, ...), else None."""
+    function = _rope_function(original)
+    if function is None:
+        return None
+    signature = inspect.signature(function)
+    params = list(signature.parameters)
+    if params[:3] == ["x", "cos", "sin"] or len(params) == 3:
+        return "x", signature
+    if params[:4] == ["q", "k", "cos", "sin"]:
+        return "qk", signature
+    return None
+
+
 def _rotary_wrapper(ops: list[tuple[KernelOp, dict[str, Any]]], original: Callable[..., Any]) \
         -> Callable[..., Any] | None:
     """A stand-in for a RoPE function that sends the calls our kernel handles to it and every other call to
-    the original, or None when the signature is neither form."""
-    signature = inspect.signature(_rope_function(original) or original)
+    the original, or None when the signature is neither form (_rope_form)."""
+    form = _rope_form(original)
+    if form is None:
+        return None
+    kind, signature = form
     params = list(signature.parameters)
-    if params[:3] == ["x", "cos", "sin"] or len(params) == 3:
+    if kind == "x":
         def rope(*args, **kwargs):
             a = _arguments(signature, args, kwargs)
             if a is None or a.get("unsqueeze_dim", 1) != 1:  # (x, cos, sin, unsqueeze_dim=1): Gemma 3n / 4 pass 2
@@ -262,24 +279,22 @@ def _rotary_wrapper(ops: list[tuple[KernelOp, dict[str, Any]]], original: Callab
                 return original(*args, **kwargs)
             return _pick(ops, x)(x, cos, sin)
         return rope
-    if params[:4] == ["q", "k", "cos", "sin"]:
-        # Hugging Face apply_rotary_pos_emb: cos/sin [B, S, D] (the D/2 table repeated twice), the
-        # same positions in every batch row for a plain forward; our kernel takes the [S, D/2] table.
-        # (q, k, cos, sin, position_ids=None, unsqueeze_dim=1) before transformers 5, without position_ids since;
-        # some models call it with k=None.
-        def rope_qk(*args, **kwargs):
-            a = _arguments(signature, args, kwargs)
-            if a is None or a.get("unsqueeze_dim", 1) != 1:
-                return original(*args, **kwargs)
-            q, k, cos, sin = a["q"], a["k"], a["cos"], a["sin"]
-            half = q.shape[-1] // 2 if isinstance(q, torch.Tensor) else 0
-            if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)) or q.dim() != 4 or cos.dim() != 3 \
-                    or cos.shape[-1] != 2 * half:
-                return original(*args, **kwargs)
-            c, s = cos[0, :, :half], sin[0, :, :half]
-            return _pick(ops, q)(q, c, s), _pick(ops, k)(k, c, s)
-        return rope_qk
-    return None
+    # kind "qk": Hugging Face apply_rotary_pos_emb: cos/sin [B, S, D] (the D/2 table repeated twice), the
+    # same positions in every batch row for a plain forward; our kernel takes the [S, D/2] table.
+    # (q, k, cos, sin, position_ids=None, unsqueeze_dim=1) before transformers 5, without position_ids since;
+    # some models call it with k=None.
+    def rope_qk(*args, **kwargs):
+        a = _arguments(signature, args, kwargs)
+        if a is None or a.get("unsqueeze_dim", 1) != 1:
+            return original(*args, **kwargs)
+        q, k, cos, sin = a["q"], a["k"], a["cos"], a["sin"]
+        half = q.shape[-1] // 2 if isinstance(q, torch.Tensor) else 0
+        if not all(isinstance(t, torch.Tensor) for t in (q, k, cos, sin)) or q.dim() != 4 or cos.dim() != 3 \
+                or cos.shape[-1] != 2 * half:
+            return original(*args, **kwargs)
+        c, s = cos[0, :, :half], sin[0, :, :half]
+        return _pick(ops, q)(q, c, s), _pick(ops, k)(k, c, s)
+    return rope_qk
 
 
 def _rotary_function_names(module: nn.Module) -> list[str] | str:
@@ -287,7 +302,7 @@ def _rotary_function_names(module: nn.Module) -> list[str] | str:
     fwd = inspect.unwrap(type(module).forward)  # look through decorators (functools.wraps)
     called = [n for n in fwd.__code__.co_names
               if ROTARY_NAME.search(n) and _rope_function(fwd.__globals__.get(n)) is not None]
-    names = [n for n in called if _rotary_wrapper([], fwd.__globals__[n]) is not None]
+    names = [n for n in called if _rope_form(fwd.__globals__[n]) is not None]
     if not called:
         return (f"{type(module).__name__}.forward calls no RoPE function by name (rotary/rope): "
                 "inline RoPE code cannot be swapped")

@@ -272,15 +272,50 @@ def test_attention_odd_set_with_unequal_blocks(config: dict) -> None:
 HOPPER = DEVICE.type == "cuda" and torch.cuda.get_device_capability(DEVICE)[0] == 9
 
 
-class _CountLaunches:
-    """Stands in for a jit kernel in its module: counts kernel[grid](...) launches, then launches it."""
+class LaunchSpy:
+    """Stands in for a @triton.jit (or gluon.jit) kernel: records each launch's keyword arguments, then launches."""
 
     def __init__(self, kernel) -> None:
-        self.kernel, self.launches = kernel, 0
+        self.kernel = kernel
+        self.launches: list[dict] = []
 
     def __getitem__(self, grid):
-        self.launches += 1
-        return self.kernel[grid]
+        launcher = self.kernel[grid]
+
+        def launch(*args, **kwargs):
+            self.launches.append(kwargs)
+            return launcher(*args, **kwargs)
+
+        return launch
+
+
+def run_with_spies(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple],
+                   dtype) -> dict[str, list[dict]]:
+    """Run a starter with `config` on each case (checked against the reference), its named kernels spied on:
+    the launches of each kernel, by name."""
+    module = _module(kernel_type)
+    saved_config = module.CONFIG
+    saved = {name: getattr(module, name) for name in kernel_names}
+    spies = {name: LaunchSpy(kernel) for name, kernel in saved.items()}
+    module.CONFIG = {**saved_config, **config}
+    for name, spy in spies.items():
+        setattr(module, name, spy)
+    try:
+        for inputs in cases:
+            run_and_check(module, kernel_type, inputs, dtype)
+    finally:
+        module.CONFIG = saved_config
+        for name, kernel in saved.items():
+            setattr(module, name, kernel)
+    return {name: spy.launches for name, spy in spies.items()}
+
+
+ATTENTION_KERNELS = ("_attn_fwd_gluon_ws", "_attn_fwd_tma", "_attn_fwd")
+
+
+def _attention_launches(config: dict, cases: list, dtype: torch.dtype) -> dict[str, int]:
+    launches = run_with_spies("flash_attention", config, ATTENTION_KERNELS, cases, dtype)
+    return {name: len(calls) for name, calls in launches.items()}
 
 
 @pytest.mark.skipif(not HOPPER, reason="VARIANT gluon_ws runs on sm_90 GPUs only (compiled for sm_90 on the CPU above)")
@@ -335,25 +370,6 @@ def test_gluon_attention_fallbacks_on_hopper(dtype: torch.dtype, layout: str, ke
         inputs[:3] = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in inputs[:3]]
     launches = _attention_launches({"VARIANT": "gluon_ws"}, [tuple(inputs)], dtype)
     assert launches == {"_attn_fwd_gluon_ws": 0, "_attn_fwd_tma": 0, "_attn_fwd": 0} | {kernel: 1}
-
-
-def _attention_launches(config: dict, cases: list, dtype: torch.dtype) -> dict[str, int]:
-    """Run the attention starter with `config` on each case (checked against the reference); launches per kernel."""
-    module = _module("flash_attention")
-    names = ("_attn_fwd_gluon_ws", "_attn_fwd_tma", "_attn_fwd")
-    saved_config, saved = module.CONFIG, {n: getattr(module, n) for n in names}
-    counters = {n: _CountLaunches(k) for n, k in saved.items()}
-    module.CONFIG = {**saved_config, **config}
-    for n, c in counters.items():
-        setattr(module, n, c)
-    try:
-        for inputs in cases:
-            run_and_check(module, "flash_attention", inputs, dtype)
-    finally:
-        module.CONFIG = saved_config
-        for n, k in saved.items():
-            setattr(module, n, k)
-    return {n: c.launches for n, c in counters.items()}
 
 
 @pytest.mark.parametrize("kernel_type", ["flash_attention", "fused_mlp"])

@@ -9,46 +9,17 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_triton_starters import _inputs, _module, run_and_check
+from test_triton_starters import _inputs, run_with_spies
 
 from autokernel_ci.specs import get_spec
 
 DTYPES_16 = [torch.bfloat16, torch.float16]
 
 
-class LaunchSpy:
-    """Stands in for a @triton.jit kernel: records each launch's keyword arguments, then launches."""
-
-    def __init__(self, kernel) -> None:
-        self.kernel = kernel
-        self.launches: list[dict] = []
-
-    def __getitem__(self, grid):
-        launcher = self.kernel[grid]
-
-        def launch(*args, **kwargs):
-            self.launches.append(kwargs)
-            return launcher(*args, **kwargs)
-
-        return launch
-
-
 def _run_with_spy(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple], dtype):
-    module = _module(kernel_type)
-    saved_config = module.CONFIG
-    saved = {name: getattr(module, name) for name in kernel_names}
-    spies = {name: LaunchSpy(kernel) for name, kernel in saved.items()}
-    module.CONFIG = {**saved_config, **config}
-    for name, spy in spies.items():
-        setattr(module, name, spy)
-    try:
-        for inputs in cases:
-            run_and_check(module, kernel_type, inputs, dtype)
-    finally:
-        module.CONFIG = saved_config
-        for name, kernel in saved.items():
-            setattr(module, name, kernel)
-    return [launch for spy in spies.values() for launch in spy.launches]
+    """Every launch of the named kernels, in one list."""
+    by_kernel = run_with_spies(kernel_type, config, kernel_names, cases, dtype)
+    return [launch for launches in by_kernel.values() for launch in launches]
 
 
 def _spec_cases(kernel_type: str, dtype, *sets: str, seed: int = 7) -> list[tuple]:
