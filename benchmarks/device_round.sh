@@ -45,6 +45,10 @@
 #   final7: Triton attention GPU tests (new gluon_ws default), `verify`, the starter table, ncu of causal attention.
 #   gluon_ws3: Triton attention GPU tests and `verify` after the tile-loop refactor; PERSISTENT checked + timed.
 #   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
+#   final10: fused MLP GPU tests, `verify`, its default against tma (bf16, fp16), fp32 tiles, its table row.
+#   final9: fused MLP + CUDA attention GPU tests, `verify` of the fused MLP, its fp32 tiles (table9: their table rows).
+#   gluon_mlp: the fused MLP's warp-specialised Gluon gate/up kernel checked on every set + timed (bf16, fp16).
+#   ncu_flash_nc: ncu of not-causal attention: SDPA, Gluon, the CUDA default and its Gluon-like schedule.
 #   flash_table: the attention rows of the starter table for the committed Gluon kernel.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -320,6 +324,58 @@ case "${1:-check}" in
   final8)  # after the review: the Triton attention's GPU tests (each launch counted per kernel, the fp32 and strided
     # fallbacks) and `verify` of the committed file
     triton_attention_checks
+    ;;
+  gluon_mlp)  # the fused MLP's warp-specialised Gluon gate/up kernel (one 2 x BLOCK_N-wide wgmma for gate and up)
+    # checked on every set and timed against the tma default, in bf16 and fp16
+    for dtype in bf16 fp16; do
+      step 150 "variants_mlp_$dtype" python3 benchmarks/variants_gpu.py fused_mlp --dtype "$dtype" \
+        --variants benchmarks/variants/fused_mlp_gluon.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mlp_$dtype"
+    done
+    ;;
+  final9)  # seventh session's closing round: GPU tests of the fused MLP (its Gluon default on every spec set, its
+    # own cases and fallbacks) and of the CUDA attention (WG_CONSUMER_COPIES), `verify` of the fused MLP, fp32 at the
+    # new 128-wide default against the former 64-wide tiles
+    step 200 pytest_mlp env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py -k "mlp"
+    step 200 pytest_cuda_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py \
+      -k "gpu and (flash or stress)"
+    step 90 verify_triton_mlp python3 -m autokernel_ci verify kernels/triton/fused_mlp.py --device cuda \
+      --json "$out/verify_triton_mlp.json"
+    step 120 variants_mlp_fp32 python3 benchmarks/variants_gpu.py fused_mlp --dtype fp32 \
+      --variants benchmarks/variants/fused_mlp_fp32.json --sets cpu,odd --out "$out/mlp_fp32"
+    ;;
+  final10)  # the Gluon kernel's tile as its own knobs (GL_BLOCK_N, GL_STAGES; the fallbacks keep 64 x 3): GPU
+    # tests and `verify` of the fused MLP, the committed default against "tma" in bf16 and fp16 (every set checked,
+    # alternating), fp32 at the 64-wide default against 128 wide, and the fused MLP's starter-table row
+    step 200 pytest_mlp env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py -k "mlp"
+    step 90 verify_triton_mlp python3 -m autokernel_ci verify kernels/triton/fused_mlp.py --device cuda \
+      --json "$out/verify_triton_mlp.json"
+    for dtype in bf16 fp16; do
+      step 150 "variants_mlp_$dtype" python3 benchmarks/variants_gpu.py fused_mlp --dtype "$dtype" \
+        --variants benchmarks/variants/fused_mlp_default.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mlp_$dtype"
+    done
+    step 120 variants_mlp_fp32 python3 benchmarks/variants_gpu.py fused_mlp --dtype fp32 \
+      --variants benchmarks/variants/fused_mlp_fp32.json --sets cpu,odd --out "$out/mlp_fp32"
+    step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types fused_mlp \
+      --backends triton --out "$out/table"
+    ;;
+  table9)  # the fused MLP and attention rows of the starter table (both backends, eager and torch.compile)
+    step 300 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types fused_mlp,flash_attention \
+      --backends triton,cuda --out "$out/table"
+    ;;
+  ncu_flash_nc)  # where the CUDA attention loses to the Gluon one when not causal (0.94x against ~1.0x SDPA): the
+    # consumer with uniform wgmma descriptors (WG_CONSUMER_COPIES 2) against the former one, checked on every set in bf16 and
+    # timed (alternating); ncu of SDPA, the Gluon kernel, the CUDA default and the CUDA schedule Gluon uses
+    step 150 variants_issue python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_attention_issue.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/issue"
+    step 240 ncu_flash_nc ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+      --section WarpStateStats --section SchedulerStats --section InstructionStats --section ComputeWorkloadAnalysis \
+      --section MemoryWorkloadAnalysis --section Occupancy --section LaunchStats \
+      --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct \
+      python3 benchmarks/ncu_kernels.py flash_attention --index 1 --backends triton,cuda \
+      --config '{"WG_PIPELINE": 1, "WG_PIN": 1}'
     ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)

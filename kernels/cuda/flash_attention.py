@@ -54,16 +54,22 @@ BACKEND = "cuda"
 # 518.6 / 950.6 / 523.8 us bf16 (1.03 / 0.96 / 1.01x SDPA), 515.4 / 988.2 / 539.2 us fp16. WG_PIN 1 keeps the
 # softmax before the P V wait in SASS (see fa3): 528.6 / 924.2 / 515.5 us bf16 (+3% not causal, -2% causal; fp16
 # -5% causal), inside the spread, so off. WG_PIN acts only with WG_PIPELINE >= 1 (with 0 it builds the same kernel).
+# WG_CONSUMER_COPIES 2: one consumer loop per warpgroup with its index a constant (uniform wgmma descriptors, no score
+# zeroing; see fa3::consume). Round `ncu_flash_nc` (bf16, two runs each, alternating): with the ping-pong default
+# 534.9-545.5 / 972.0-981.0 / 543.1-547.4 us against 521.5-523.0 / 937.6-938.4 / 520.5-524.4 us for one shared loop
+# (-2 to -5%: the two loops' code takes turns on the same SM); with WG_PIPELINE 1 + WG_PIN 1 546.0 / 962.1 / 539.6 us
+# against 573.1 / 1,024.4 / 565.3 (+5-6%), still behind the default. So 1.
 CONFIG = {"VARIANT": "wgmma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOCK_N": 128, "WG_STAGES": 3,
-          "WG_PIPELINE": 2, "WG_PIN": 0}
+          "WG_PIPELINE": 2, "WG_PIN": 0, "WG_CONSUMER_COPIES": 1}
 SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],
                 "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4],
-                "WG_PIPELINE": [0, 1, 2], "WG_PIN": [0, 1]}
+                "WG_PIPELINE": [0, 1, 2], "WG_PIN": [0, 1], "WG_CONSUMER_COPIES": [1, 2]}
 # Knobs that act only under some values of others (the search agent skips moves that rebuild one kernel): the WG_
 # knobs only in the wgmma kernel, WG_PIN only with a pipelined schedule. WARPS / BLOCK_N / MIN_BLOCKS are not scoped:
 # the wgmma variant falls back to the mma kernel off sm_90.
 KNOB_SCOPE = {"WG_BLOCK_N": {"VARIANT": ["wgmma"]}, "WG_STAGES": {"VARIANT": ["wgmma"]},
-              "WG_PIPELINE": {"VARIANT": ["wgmma"]}, "WG_PIN": {"VARIANT": ["wgmma"], "WG_PIPELINE": [1, 2]}}
+              "WG_PIPELINE": {"VARIANT": ["wgmma"]}, "WG_PIN": {"VARIANT": ["wgmma"], "WG_PIPELINE": [1, 2]},
+              "WG_CONSUMER_COPIES": {"VARIANT": ["wgmma"]}}
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128
@@ -367,6 +373,204 @@ constexpr int Q_BYTES = BM * D * 2;
 constexpr int KV_BYTES = BN * D * 2;
 constexpr int CONSUMER_WARPS = 8;
 
+#if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// Consumer warpgroup WG_INDEX (1: query rows q0 .. q0 + 63, 2: q0 + 64 .. q0 + 127; 0: read from threadIdx) of the
+// block set up by attention() below: its shared memory (Q at base, the K/V ring at kv0, the mbarriers at bars) and
+// tile.
+template <int WG_INDEX, typename T>
+__device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsigned kv0, unsigned bars, int q0,
+                                        int bh, int seq, int causal, int nblocks, float scale_log2) {
+    const int wg = WG_INDEX ? WG_INDEX : (int)(threadIdx.x / 128);
+    const unsigned q_full = bars;
+    const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
+    const int row_base = q0 + (wg - 1) * 64;
+    const int r0 = row_base + warp * 16 + (lane >> 2);  // this thread's rows: r0 (h = 0) and r0 + 8 (h = 1)
+    // Accumulator fragment (m64nNk16): register i holds row r0 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4)
+    // + (i % 2) of the warpgroup's 64 x N result.
+    float o[D / 2];
+#pragma unroll
+    for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
+    float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};  // running max (log2 units), partial sums
+    const unsigned q_wg = base + (wg - 1) * 64 * 128;  // this warpgroup's 64 rows inside each Q box
+    mbar_wait(q_full, 0);
+
+    // The steps of one key block j (ring stage j % STAGES: K at kv_stage(j), V KV_BYTES after it).
+    float sc[BN / 2];       // scores of the block, then its probabilities
+    unsigned pa[BN / 16][4];  // P as wgmma A fragments (16-bit pairs)
+    float alpha[2];          // the rescale of the running output for this thread's two rows
+    auto kv_stage = [&](int j) { return kv0 + (j % STAGES) * 2 * KV_BYTES; };
+    auto issue_s = [&](int j) {  // S = Q K_j^T, asynchronous (one committed group)
+        mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
+        const unsigned ks = kv_stage(j);
+#if WG_CONSUMER_COPIES == 1
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) sc[i] = 0.f;
+#endif
+        wg_fence_acc(sc);
+        wg_fence();
+#pragma unroll
+        for (int kc = 0; kc < D / 16; ++kc) {
+            const unsigned long long da = wg_desc(q_wg + (kc / 4) * Q_CHUNK + 32 * (kc % 4), 16, 1024);
+            const unsigned long long db = wg_desc(ks + (kc / 4) * KV_CHUNK + 32 * (kc % 4), 16, 1024);
+            Wgmma<T, BN, 0>::run(sc, da, db, WG_CONSUMER_COPIES == 2 ? kc > 0 : 1);
+        }
+        wg_commit();
+    };
+    auto softmax = [&](int j) {  // sc: scores -> probabilities; m_row, l_row, alpha updated
+        const int n0 = j * BN;
+        // Causal mask on blocks that reach right of this warpgroup's first row.
+        if (causal && n0 + BN - 1 > row_base) {
+#pragma unroll
+            for (int i = 0; i < BN / 2; ++i) {
+                const int key = n0 + 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
+                if (key > r0 + 8 * ((i / 2) % 2)) sc[i] = -INFINITY;
+            }
+        }
+        // Online softmax: a row's BN columns sit in the 4 lanes of a quad (xor 1, xor 2).
+        float mx[2] = {-INFINITY, -INFINITY};
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
+        float mu[2];
+#pragma unroll
+        for (int r = 0; r < 2; ++r) {
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
+            mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
+            const float m_new = fmaxf(m_row[r], mx[r] * scale_log2);  // scale_log2 > 0 (launcher)
+            mu[r] = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: never inf - inf
+            alpha[r] = fa2::fast_exp2(m_row[r] - mu[r]);
+            m_row[r] = m_new;
+            l_row[r] *= alpha[r];
+        }
+#pragma unroll
+        for (int i = 0; i < BN / 2; ++i) {
+            const float p = fa2::fast_exp2(fmaf(sc[i], scale_log2, -mu[(i / 2) % 2]));
+            sc[i] = p;
+            l_row[(i / 2) % 2] += p;
+        }
+    };
+    auto rescale = [&]() {
+#pragma unroll
+        for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i / 2) % 2];
+    };
+    // P as wgmma A fragments: keys 16 kk .. 16 kk + 15 are accumulator registers 8 kk .. 8 kk + 7, whose
+    // (row, column) pattern is exactly the A fragment's elements 0..7 (PTX wgmma-64N16-A / -D).
+    auto pack = [&]() {
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) pa[kk][e] = fa2::Op<T>::pack(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
+    };
+    auto issue_pv = [&](int j) {  // O += P V_j, asynchronous (one committed group); reads pa until it completes
+        const unsigned vs = kv_stage(j) + KV_BYTES;
+        wg_fence_acc(o);
+        wg_fence();
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+            WgmmaRS<T, D, 1>::run(o, pa[kk], wg_desc(vs + 2048 * kk, KV_CHUNK, 1024), 1);
+        wg_commit();
+    };
+    auto pv_done = [&]() {  // after wg_wait: o may be read, pa rewritten (the asm keeps pa live until here)
+        wg_fence_acc(o);
+#pragma unroll
+        for (int kk = 0; kk < BN / 16; ++kk)
+#pragma unroll
+            for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
+    };
+    auto release = [&](int j) {  // this warp no longer reads stage j % STAGES
+        __syncwarp();
+        if (lane == 0) mbar_arrive(bars + 8 * (1 + STAGES + j % STAGES));
+    };
+
+    // WG_PIPELINE 2, ping-pong: the two consumer warpgroups take turns issuing their tensor-core work (named
+    // barriers 1 and 2: sync on mine, arrive on the other's), so one's softmax runs under the other's GEMMs.
+    // Each warpgroup has my_blocks + 1 issue sections; warpgroup 2 opens warpgroup 1's first turn and skips its
+    // arrive after its last section, so every barrier phase gets exactly 256 threads.
+    auto my_turn = [&]() {
+        if (WG_PIPELINE == 2) asm volatile("bar.sync %0, 256;\n" ::"r"(wg) : "memory");
+    };
+    auto their_turn = [&](bool last) {
+        if (WG_PIPELINE == 2 && !(last && wg == 2)) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - wg) : "memory");
+    };
+    // Causal: blocks entirely right of this warpgroup's last row add nothing; they are a suffix (only BN 64 has
+    // one: keys q0 + 64 .. q0 + 127 for warpgroup 1) and are released unread at the end. Ping-pong needs both
+    // warpgroups to take the same number of turns: there warpgroup 1 computes that block (fully masked: p = 0).
+    const int my_blocks = causal && WG_PIPELINE != 2 ? min(nblocks, (row_base + 63) / BN + 1) : nblocks;
+#if WG_PIPELINE >= 1
+    // FA3's intra-warpgroup overlap: block j's S = Q K^T and block j - 1's O += P V are in flight together, and
+    // block j's softmax is placed before the wait for P V (in SASS only with WG_PIN 1, see below).
+    if (WG_PIPELINE == 2 && wg == 2) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 1 first
+    my_turn();
+    issue_s(0);
+    their_turn(false);
+    wg_wait<0>();
+    wg_fence_acc(sc);
+    softmax(0);  // o is still zero: nothing to rescale
+    pack();
+    for (int j = 1; j < my_blocks; ++j) {
+        my_turn();
+        issue_s(j);
+        issue_pv(j - 1);
+        their_turn(false);
+        wg_wait<1>();  // groups complete in order: S of block j is done, P V of block j - 1 may still run
+        wg_fence_acc(sc);
+        softmax(j);
+        // Pin the softmax before the wait: plain register math may otherwise be sunk below it. The fences alone
+        // do not do it (ptxas 13.0 still schedules every exponential after the wait); WG_PIN 1 ends the softmax
+        // with a branch that is never taken (alpha >= 0), which keeps its 66 MUFU.EX2 before the wait in SASS.
+        wg_fence_acc(sc);
+        wg_fence_acc(alpha);
+        wg_fence_acc(l_row);
+        if (WG_PIN && alpha[0] < 0.f) asm volatile("nanosleep.u32 0;\n" ::: "memory");
+        wg_wait<0>();
+        pv_done();
+        rescale();
+        release(j - 1);
+        pack();
+    }
+    my_turn();
+    issue_pv(my_blocks - 1);
+    their_turn(true);
+    wg_wait<0>();
+    pv_done();
+    release(my_blocks - 1);
+#else
+    for (int j = 0; j < my_blocks; ++j) {
+        issue_s(j);
+        wg_wait<0>();
+        wg_fence_acc(sc);
+        softmax(j);
+        rescale();
+        pack();
+        issue_pv(j);
+        wg_wait<0>();
+        pv_done();
+        release(j);
+    }
+#endif
+    for (int j = my_blocks; j < nblocks; ++j) {
+        mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
+        release(j);
+    }
+
+    // O / l, in the output dtype; out is contiguous [B, H, S, D].
+#pragma unroll
+    for (int r = 0; r < 2; ++r) {
+        float l = l_row[r];
+        l += __shfl_xor_sync(0xffffffffu, l, 1);
+        l += __shfl_xor_sync(0xffffffffu, l, 2);
+        const float inv = l > 0.f ? 1.f / l : 0.f;
+        const int row = r0 + 8 * r;
+        if (row < seq) {
+            T* orow = out + ((long long)bh * seq + row) * D + 2 * (lane & 3);
+#pragma unroll
+            for (int jj = 0; jj < D / 8; ++jj)
+                *reinterpret_cast<unsigned*>(orow + 8 * jj) =
+                    fa2::Op<T>::pack(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
+        }
+    }
+}
+#endif
+
 template <typename T>
 __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q, const void* map_k,
                                           const void* map_v, int heads, int kv_heads, int seq, int causal,
@@ -425,190 +629,16 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
         }
     } else {  // ---- consumers: warpgroup 1 rows q0 .. q0 + 63, warpgroup 2 rows q0 + 64 .. q0 + 127 ----
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
-        const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
-        const int row_base = q0 + (wg - 1) * 64;
-        const int r0 = row_base + warp * 16 + (lane >> 2);  // this thread's rows: r0 (h = 0) and r0 + 8 (h = 1)
-        // Accumulator fragment (m64nNk16): register i holds row r0 + 8 ((i / 2) % 2), column 8 (i / 4) + 2 (lane % 4)
-        // + (i % 2) of the warpgroup's 64 x N result.
-        float o[D / 2];
-#pragma unroll
-        for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
-        float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};  // running max (log2 units), partial sums
-        const unsigned q_wg = base + (wg - 1) * 64 * 128;  // this warpgroup's 64 rows inside each Q box
-        mbar_wait(q_full, 0);
-
-        // The steps of one key block j (ring stage j % STAGES: K at kv_stage(j), V KV_BYTES after it).
-        float sc[BN / 2];       // scores of the block, then its probabilities
-        unsigned pa[BN / 16][4];  // P as wgmma A fragments (16-bit pairs)
-        float alpha[2];          // the rescale of the running output for this thread's two rows
-        auto kv_stage = [&](int j) { return kv0 + (j % STAGES) * 2 * KV_BYTES; };
-        auto issue_s = [&](int j) {  // S = Q K_j^T, asynchronous (one committed group)
-            mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
-            const unsigned ks = kv_stage(j);
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) sc[i] = 0.f;
-            wg_fence_acc(sc);
-            wg_fence();
-#pragma unroll
-            for (int kc = 0; kc < D / 16; ++kc) {
-                const unsigned long long da = wg_desc(q_wg + (kc / 4) * Q_CHUNK + 32 * (kc % 4), 16, 1024);
-                const unsigned long long db = wg_desc(ks + (kc / 4) * KV_CHUNK + 32 * (kc % 4), 16, 1024);
-                Wgmma<T, BN, 0>::run(sc, da, db, 1);
-            }
-            wg_commit();
-        };
-        auto softmax = [&](int j) {  // sc: scores -> probabilities; m_row, l_row, alpha updated
-            const int n0 = j * BN;
-            // Causal mask on blocks that reach right of this warpgroup's first row.
-            if (causal && n0 + BN - 1 > row_base) {
-#pragma unroll
-                for (int i = 0; i < BN / 2; ++i) {
-                    const int key = n0 + 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
-                    if (key > r0 + 8 * ((i / 2) % 2)) sc[i] = -INFINITY;
-                }
-            }
-            // Online softmax: a row's BN columns sit in the 4 lanes of a quad (xor 1, xor 2).
-            float mx[2] = {-INFINITY, -INFINITY};
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) mx[(i / 2) % 2] = fmaxf(mx[(i / 2) % 2], sc[i]);
-            float mu[2];
-#pragma unroll
-            for (int r = 0; r < 2; ++r) {
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 1));
-                mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
-                const float m_new = fmaxf(m_row[r], mx[r] * scale_log2);  // scale_log2 > 0 (launcher)
-                mu[r] = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: never inf - inf
-                alpha[r] = fa2::fast_exp2(m_row[r] - mu[r]);
-                m_row[r] = m_new;
-                l_row[r] *= alpha[r];
-            }
-#pragma unroll
-            for (int i = 0; i < BN / 2; ++i) {
-                const float p = fa2::fast_exp2(fmaf(sc[i], scale_log2, -mu[(i / 2) % 2]));
-                sc[i] = p;
-                l_row[(i / 2) % 2] += p;
-            }
-        };
-        auto rescale = [&]() {
-#pragma unroll
-            for (int i = 0; i < D / 2; ++i) o[i] *= alpha[(i / 2) % 2];
-        };
-        // P as wgmma A fragments: keys 16 kk .. 16 kk + 15 are accumulator registers 8 kk .. 8 kk + 7, whose
-        // (row, column) pattern is exactly the A fragment's elements 0..7 (PTX wgmma-64N16-A / -D).
-        auto pack = [&]() {
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) pa[kk][e] = fa2::Op<T>::pack(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
-        };
-        auto issue_pv = [&](int j) {  // O += P V_j, asynchronous (one committed group); reads pa until it completes
-            const unsigned vs = kv_stage(j) + KV_BYTES;
-            wg_fence_acc(o);
-            wg_fence();
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-                WgmmaRS<T, D, 1>::run(o, pa[kk], wg_desc(vs + 2048 * kk, KV_CHUNK, 1024), 1);
-            wg_commit();
-        };
-        auto pv_done = [&]() {  // after wg_wait: o may be read, pa rewritten (the asm keeps pa live until here)
-            wg_fence_acc(o);
-#pragma unroll
-            for (int kk = 0; kk < BN / 16; ++kk)
-#pragma unroll
-                for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
-        };
-        auto release = [&](int j) {  // this warp no longer reads stage j % STAGES
-            __syncwarp();
-            if (lane == 0) mbar_arrive(bars + 8 * (1 + STAGES + j % STAGES));
-        };
-
-        // WG_PIPELINE 2, ping-pong: the two consumer warpgroups take turns issuing their tensor-core work (named
-        // barriers 1 and 2: sync on mine, arrive on the other's), so one's softmax runs under the other's GEMMs.
-        // Each warpgroup has my_blocks + 1 issue sections; warpgroup 2 opens warpgroup 1's first turn and skips its
-        // arrive after its last section, so every barrier phase gets exactly 256 threads.
-        auto my_turn = [&]() {
-            if (WG_PIPELINE == 2) asm volatile("bar.sync %0, 256;\n" ::"r"(wg) : "memory");
-        };
-        auto their_turn = [&](bool last) {
-            if (WG_PIPELINE == 2 && !(last && wg == 2)) asm volatile("bar.arrive %0, 256;\n" ::"r"(3 - wg) : "memory");
-        };
-        // Causal: blocks entirely right of this warpgroup's last row add nothing; they are a suffix (only BN 64 has
-        // one: keys q0 + 64 .. q0 + 127 for warpgroup 1) and are released unread at the end. Ping-pong needs both
-        // warpgroups to take the same number of turns: there warpgroup 1 computes that block (fully masked: p = 0).
-        const int my_blocks = causal && WG_PIPELINE != 2 ? min(nblocks, (row_base + 63) / BN + 1) : nblocks;
-#if WG_PIPELINE >= 1
-        // FA3's intra-warpgroup overlap: block j's S = Q K^T and block j - 1's O += P V are in flight together, and
-        // block j's softmax is placed before the wait for P V (in SASS only with WG_PIN 1, see below).
-        if (WG_PIPELINE == 2 && wg == 2) asm volatile("bar.arrive 1, 256;\n" ::: "memory");  // warpgroup 1 first
-        my_turn();
-        issue_s(0);
-        their_turn(false);
-        wg_wait<0>();
-        wg_fence_acc(sc);
-        softmax(0);  // o is still zero: nothing to rescale
-        pack();
-        for (int j = 1; j < my_blocks; ++j) {
-            my_turn();
-            issue_s(j);
-            issue_pv(j - 1);
-            their_turn(false);
-            wg_wait<1>();  // groups complete in order: S of block j is done, P V of block j - 1 may still run
-            wg_fence_acc(sc);
-            softmax(j);
-            // Pin the softmax before the wait: plain register math may otherwise be sunk below it. The fences alone
-            // do not do it (ptxas 13.0 still schedules every exponential after the wait); WG_PIN 1 ends the softmax
-            // with a branch that is never taken (alpha >= 0), which keeps its 66 MUFU.EX2 before the wait in SASS.
-            wg_fence_acc(sc);
-            wg_fence_acc(alpha);
-            wg_fence_acc(l_row);
-            if (WG_PIN && alpha[0] < 0.f) asm volatile("nanosleep.u32 0;\n" ::: "memory");
-            wg_wait<0>();
-            pv_done();
-            rescale();
-            release(j - 1);
-            pack();
-        }
-        my_turn();
-        issue_pv(my_blocks - 1);
-        their_turn(true);
-        wg_wait<0>();
-        pv_done();
-        release(my_blocks - 1);
+#if WG_CONSUMER_COPIES == 2
+        // One copy of the consumer per warpgroup, its index a template argument: every wgmma descriptor is then
+        // warp-uniform to ptxas and built in uniform registers, and Q K^T overwrites the scores (scale-d 0) instead of
+        // adding to zeroed ones: 635 SASS instructions a key block instead of 672 (nvcc 13.0, sm_90a, BN 128,
+        // ping-pong), but twice the loop code (see CONFIG for what that did on the H200).
+        if (wg == 1) consume<1>(out, base, kv0, bars, q0, bh, seq, causal, nblocks, scale_log2);
+        else consume<2>(out, base, kv0, bars, q0, bh, seq, causal, nblocks, scale_log2);
 #else
-        for (int j = 0; j < my_blocks; ++j) {
-            issue_s(j);
-            wg_wait<0>();
-            wg_fence_acc(sc);
-            softmax(j);
-            rescale();
-            pack();
-            issue_pv(j);
-            wg_wait<0>();
-            pv_done();
-            release(j);
-        }
+        consume<0>(out, base, kv0, bars, q0, bh, seq, causal, nblocks, scale_log2);
 #endif
-        for (int j = my_blocks; j < nblocks; ++j) {
-            mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
-            release(j);
-        }
-
-        // O / l, in the output dtype; out is contiguous [B, H, S, D].
-#pragma unroll
-        for (int r = 0; r < 2; ++r) {
-            float l = l_row[r];
-            l += __shfl_xor_sync(0xffffffffu, l, 1);
-            l += __shfl_xor_sync(0xffffffffu, l, 2);
-            const float inv = l > 0.f ? 1.f / l : 0.f;
-            const int row = r0 + 8 * r;
-            if (row < seq) {
-                T* orow = out + ((long long)bh * seq + row) * D + 2 * (lane & 3);
-#pragma unroll
-                for (int jj = 0; jj < D / 8; ++jj)
-                    *reinterpret_cast<unsigned*>(orow + 8 * jj) =
-                        fa2::Op<T>::pack(o[4 * jj + 2 * r] * inv, o[4 * jj + 2 * r + 1] * inv);
-            }
-        }
     }
 #else
     __trap();  // built for an arch without wgmma: the launcher only launches the sm_90a build
@@ -843,7 +873,7 @@ def _defines(head_dim):
     return {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
             "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES, "WG_BLOCK_N": CONFIG["WG_BLOCK_N"],
             "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"],
-            "WG_PIN": CONFIG["WG_PIN"]}
+            "WG_PIN": CONFIG["WG_PIN"], "WG_CONSUMER_COPIES": CONFIG["WG_CONSUMER_COPIES"]}
 
 
 def cuda_builds():

@@ -566,6 +566,7 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
     sass = subprocess.run([cuobjdump_bin, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     body = sass.split("Function : flash_attention_wgmma_bf16")[1].split("Function :")[0]
     copies = 1 if pipeline == 0 else 2  # the pipelined loop peels block 0's S = Q K^T and the last block's P V
+    copies *= defines["WG_CONSUMER_COPIES"]  # 2: a consumer loop per warpgroup
     # S = Q K^T: both operands from shared memory (descriptors), N = BN
     assert len(re.findall(rf"HGMMA\.64x{bn}x16\.F32\.BF16 R\d+, gdesc\[UR\d+\]", body)) == copies * 128 // 16
     # O += P V: A = P from registers, B = V through the transpose bit, N = D
@@ -574,6 +575,31 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
     assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (pipeline >= 1)
     assert ("BAR.ARV" in body) == (pipeline == 2)
     assert body.count("UTMALDG.2D") == 6 and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+def test_consumer_copies_build_the_descriptors_in_uniform_registers(tmp_path):
+    """WG_CONSUMER_COPIES 2: a consumer loop per warpgroup (twice the wgmma), whose descriptors ptxas keeps in uniform
+    registers (few R2UR moves a wgmma) and whose Q K^T starts with scale-d 0 (no zeroing CS2R); 1: one shared loop."""
+    import re
+    import subprocess
+
+    from autokernel_ci import nvrtc
+
+    cuobjdump_bin = cuobjdump()
+    if cuobjdump_bin is None:
+        pytest.skip("cuobjdump not found")
+    counts = {}
+    for copies in (1, 2):
+        source, defines, _, arch = hopper_build(FA, WG_CONSUMER_COPIES=copies)
+        cubin = tmp_path / f"fa{copies}.cubin"
+        nvrtc.compile_check(source, arch, defines=defines, source_name="flash_attention.cu", keep_cubin=cubin)
+        sass = subprocess.run([cuobjdump_bin, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
+        body = sass.split("Function : flash_attention_wgmma_bf16")[1].split("Function :")[0]
+        counts[copies] = {op: len(re.findall(rf"\b{op}\b", body)) for op in ("HGMMA", "R2UR", "CS2R")}
+    assert counts[2]["HGMMA"] == 2 * counts[1]["HGMMA"]
+    assert counts[2]["R2UR"] / counts[2]["HGMMA"] <= 0.5 * counts[1]["R2UR"] / counts[1]["HGMMA"], counts
+    assert counts[2]["CS2R"] < counts[1]["CS2R"], counts
 
 
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")

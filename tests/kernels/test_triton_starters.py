@@ -552,27 +552,24 @@ GLUON_SM90_ATTENTION = {
 }  # the kernel is the same for a persistent grid: only the launch's block count differs
 
 
-def compile_gluon_attention_sm90(case: dict) -> dict:
-    """Compile _attn_fwd_gluon_ws for sm_90 in this (non-interpreter) process, as the launcher calls it (128-row
-    query blocks, D = 128): shared bytes, the PTX's overlap waits and register reallocation."""
+def _compile_gluon_sm90(fn, dtype: str, blocks: dict[str, list[int]], consts: dict) -> dict:
+    """Compile a gluon.jit kernel for sm_90 in this (non-interpreter) process; its descriptors get the launcher's
+    default swizzled layouts for their block shapes. Facts of the PTX the tests check."""
+    import re
+
     from triton.backends.compiler import GPUTarget
     from triton.compiler import compile as triton_compile
     from triton.experimental.gluon import language as gl
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    module = _module("flash_attention")
-    fn = module._attn_fwd_gluon_ws
-    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[case["dtype"]]
-    consts = {k: v for k, v in case.items() if k != "dtype"} | {
-        "BLOCK_M": 128, "BLOCK_D": 128, "REVERSE": True, "NEG_SCALE": False, "CONSUMER_REGS": module._WS_CONSUMER_REGS}
-    rows = {"q_desc": 64, "k_desc": case["BLOCK_N"], "v_desc": case["BLOCK_N"], "o_desc": 64}
+    gl_dtype = {"bf16": gl.bfloat16, "fp16": gl.float16}[dtype]
     signature = {}
     for p in fn.params:
         if p.is_constexpr:
             signature[p.name] = "constexpr"
-        elif p.name in rows:
-            layout = gl.NVMMASharedLayout.get_default_for([rows[p.name], 128], gl_dtype)
-            signature[p.name] = f"tensordesc<{case['dtype']}[{rows[p.name]}, 128],{layout!r}>"
+        elif p.name in blocks:
+            layout = gl.NVMMASharedLayout.get_default_for(blocks[p.name], gl_dtype)
+            signature[p.name] = f"tensordesc<{dtype}{blocks[p.name]},{layout!r}>"
         else:
             signature[p.name] = "fp32" if p.name == "qk_scale" else "i32"
     compiled = triton_compile(GluonASTSource(fn=fn, signature=signature, constexprs=consts),
@@ -580,7 +577,38 @@ def compile_gluon_attention_sm90(case: dict) -> dict:
     ptx = compiled.asm["ptx"]
     return {"shared": int(compiled.metadata.shared), "cubin": bool(compiled.asm["cubin"]),
             "wait_one": ptx.count("wgmma.wait_group.sync.aligned 1;"), "wgmma": ptx.count("wgmma.mma_async"),
+            "wgmma_shapes": sorted(set(re.findall(r"wgmma\.mma_async\.sync\.aligned\.(m\d+n\d+k\d+)", ptx))),
             "setmaxnreg": ptx.count("setmaxnreg"), "threads": 32 * int(compiled.metadata.num_warps)}
+
+
+def compile_gluon_attention_sm90(case: dict) -> dict:
+    """_attn_fwd_gluon_ws as the launcher calls it (128-row query blocks, D = 128): shared bytes, the PTX's
+    overlap waits and register reallocation."""
+    module = _module("flash_attention")
+    consts = {k: v for k, v in case.items() if k != "dtype"} | {
+        "BLOCK_M": 128, "BLOCK_D": 128, "REVERSE": True, "NEG_SCALE": False, "CONSUMER_REGS": module._WS_CONSUMER_REGS}
+    rows = {"q_desc": 64, "k_desc": case["BLOCK_N"], "v_desc": case["BLOCK_N"], "o_desc": 64}
+    return _compile_gluon_sm90(module._attn_fwd_gluon_ws, case["dtype"], {k: [r, 128] for k, r in rows.items()},
+                               consts)
+
+
+# The fused MLP's Gluon gate/up kernel (VARIANT "gluon") at the stage counts the launcher gives it on an H100/H200
+# (_gluon_stages): 128x128 bf16 takes 4 stages of 48 KB next to the 32 KB h tile.
+GLUON_SM90_MLP = {
+    "bf16-128": {"dtype": "bf16", "BLOCK_N": 128},
+    "fp16-64": {"dtype": "fp16", "BLOCK_N": 64},
+}
+
+
+def compile_gluon_mlp_sm90(case: dict) -> dict:
+    module = _module("fused_mlp")
+    bn = case["BLOCK_N"]
+    cfg = {**module.CONFIG, "GL_BLOCK_N": bn}
+    stages = module._gluon_stage_count(cfg, 2, H100_SMEM_BYTES)
+    blocks = {"x_desc": [128, 64], "g_desc": [bn, 64], "u_desc": [bn, 64], "h_desc": [64, bn]}
+    result = _compile_gluon_sm90(module._gate_up_gluon, case["dtype"], blocks, {
+        "GROUP_M": 8, "STAGES": stages, "CONSUMER_REGS": module._WS_CONSUMER_REGS})
+    return result | {"stages": stages}
 
 
 def _sm90_key(kernel_type: str, kernel_name: str, dtype: str, constexprs: dict) -> str:
@@ -613,22 +641,41 @@ def test_gluon_attention_compiles_for_sm90(case_id: str, sm90_results: dict) -> 
     assert result["setmaxnreg"] > 0, "the warp-specialised kernel reallocates no registers"
 
 
+@pytest.mark.parametrize("case_id", sorted(GLUON_SM90_MLP))
+def test_gluon_mlp_compiles_for_sm90(case_id: str, sm90_results: dict) -> None:
+    """The Gluon gate/up kernel issues gate and up as one wgmma of twice BLOCK_N's width (m64n256k16 at
+    BLOCK_N 128), keeps one wgmma in flight while it issues the next in each of its two consumer warpgroups, has
+    three warpgroups with registers moved to the consumers, and fits one block's shared memory with two stages
+    at least."""
+    result = sm90_results[f"gluon_mlp.{case_id}"]
+    assert isinstance(result, dict), f"sm_90 Gluon compile failed: {result}"
+    width = 2 * GLUON_SM90_MLP[case_id]["BLOCK_N"]
+    assert result["cubin"], "no cubin produced"
+    assert result["wgmma_shapes"] == [f"m64n{width}k16"], result["wgmma_shapes"]
+    assert result["stages"] >= 2, f"only {result['stages']} stage(s) fit"
+    assert result["shared"] <= H100_SMEM_BYTES, f"{result['shared']} B of shared memory > {H100_SMEM_BYTES}"
+    # Two a consumer warpgroup: after a tile's first k step (it waits for nothing) and in its k loop.
+    assert result["wait_one"] == 4, f"expected two wgmma.wait_group 1 a consumer warpgroup, found {result['wait_one']}"
+    assert result["threads"] == 384, f"expected 3 warpgroups (384 threads), got {result['threads']}"
+    assert result["setmaxnreg"] > 0, "the warp-specialised kernel reallocates no registers"
+
+
+def _compile_error(exc: Exception) -> str:
+    """A failed sm_90 compile as the parametrized test reports it: Triton's error names the call site; the cause
+    (e.g. "expected 2 offsets") is chained."""
+    cause = f" (cause: {str(exc.__cause__)[-800:]})" if exc.__cause__ else ""
+    return f"{type(exc).__name__}: {str(exc)[:1500]}{cause}"
+
+
 if __name__ == "__main__" and sys.argv[1:] == ["--compile-sm90"]:
+    jobs = [(_sm90_key(*kernel), compile_sm90, kernel) for kernel in SM90_KERNELS if kernel[0] in TYPES]
+    for prefix, compile_fn, cases in (("gluon", compile_gluon_attention_sm90, GLUON_SM90_ATTENTION),
+                                      ("gluon_mlp", compile_gluon_mlp_sm90, GLUON_SM90_MLP)):
+        jobs += [(f"{prefix}.{case_id}", compile_fn, (case,)) for case_id, case in cases.items()]
     results: dict[str, object] = {}
-    for kernel_type, kernel_name, dtype, constexprs in SM90_KERNELS:
-        if kernel_type not in TYPES:
-            continue
-        key = _sm90_key(kernel_type, kernel_name, dtype, constexprs)
+    for key, compile_fn, args in jobs:
         try:
-            results[key] = compile_sm90(kernel_type, kernel_name, dtype, constexprs)
+            results[key] = compile_fn(*args)
         except Exception as exc:  # reported per kernel by the parametrized test
-            # Triton's error names the call site; the cause (e.g. "expected 2 offsets") is chained.
-            cause = f" (cause: {str(exc.__cause__)[-800:]})" if exc.__cause__ else ""
-            results[key] = f"{type(exc).__name__}: {str(exc)[:1500]}{cause}"
-    for case_id, case in GLUON_SM90_ATTENTION.items():
-        try:
-            results[f"gluon.{case_id}"] = compile_gluon_attention_sm90(case)
-        except Exception as exc:
-            cause = f" (cause: {str(exc.__cause__)[-800:]})" if exc.__cause__ else ""
-            results[f"gluon.{case_id}"] = f"{type(exc).__name__}: {str(exc)[:1500]}{cause}"
+            results[key] = _compile_error(exc)
     print(json.dumps(results))

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_triton_starters import _inputs, run_with_spies
+from test_triton_starters import HOPPER, _inputs, _module, run_with_spies
 
 from autokernel_ci.specs import get_spec
 
@@ -49,6 +49,72 @@ def test_fused_mlp_descriptor_variant(dtype) -> None:
     cases = _spec_cases("fused_mlp", dtype, "cpu", "edge")
     launches = _run_with_spy("fused_mlp", {"VARIANT": "tma"}, ("_gate_up_tma",), cases, dtype)
     assert launches, "no shape reached the tensor-descriptor kernel"
+
+
+MLP_KERNELS = ("_gate_up_gluon", "_gate_up_tma", "_gate_up_kernel")
+
+
+def _mlp_launches(config: dict, cases: list[tuple], dtype) -> dict[str, int]:
+    return {name: len(calls) for name, calls in run_with_spies("fused_mlp", config, MLP_KERNELS, cases, dtype).items()}
+
+
+@pytest.mark.skipif(HOPPER, reason="the CPU's and non-sm_90 GPUs' rule; sm_90 runs the Gluon kernel (below)")
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+def test_fused_mlp_gluon_variant_falls_back_off_hopper(dtype) -> None:
+    """Where wgmma is missing, VARIANT "gluon" takes the tma rule: the descriptor kernel where the rows are
+    16-byte aligned, the pointer kernel where not (F = 5: h's 10-byte rows)."""
+    cases = _spec_cases("fused_mlp", dtype, "cpu", "edge")
+    launches = _mlp_launches({"VARIANT": "gluon"}, cases, dtype)
+    assert launches == {"_gate_up_gluon": 0, "_gate_up_tma": 3, "_gate_up_kernel": 1}
+
+
+@pytest.mark.parametrize(("config", "elem", "smem", "stages"), [
+    ({}, 2, 232448, 4),  # 4 x 48 KB + the 32 KB h tile: 229,376 B of 232,448
+    ({"GL_STAGES": 6}, 2, 232448, 4),  # a fifth stage does not fit
+    ({"GL_STAGES": 3}, 2, 232448, 3),
+    ({"GL_BLOCK_N": 64}, 2, 232448, 4),
+    ({}, 2, 101376, 0),  # a 99 KB GPU: one stage only, which would hang
+    ({"GL_BLOCK_N": 64}, 2, 101376, 2),
+    ({"BLOCK_M": 64}, 2, 232448, 0),  # the kernel's two warpgroups take 64 rows each
+    ({"GL_BLOCK_N": 256}, 2, 232448, 0),  # a 512-wide wgmma does not exist
+], ids=["default", "capped", "three", "64-wide", "small-smem", "small-smem-64", "bm64", "bn256"])
+def test_fused_mlp_gluon_stage_count(config: dict, elem: int, smem: int, stages: int) -> None:
+    module = _module("fused_mlp")
+    assert module._gluon_stage_count({**module.CONFIG, **config}, elem, smem) == stages
+
+
+def test_fused_mlp_unknown_variant_is_named() -> None:
+    with pytest.raises(ValueError, match=r"VARIANT must be one of .*got 'wgmma'"):
+        _mlp_launches({"VARIANT": "wgmma"}, _spec_cases("fused_mlp", torch.float16, "cpu")[:1], torch.float16)
+
+
+@pytest.mark.skipif(not HOPPER, reason="VARIANT gluon runs on sm_90 GPUs only (compiled for sm_90 on the CPU)")
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+@pytest.mark.parametrize(("shape", "config", "kernel"), [
+    ({"M": 300, "D": 200, "F": 1000}, {}, "_gate_up_gluon"),  # ragged M, K (200 = 3 x 64 + 8) and F tiles
+    ({"M": 40, "D": 64, "F": 96}, {}, "_gate_up_gluon"),  # the second warpgroup's rows all past M
+    # 1,024 tiles over 132 SMs: each block takes 7-8 tiles, its ring and h buffers running on across them
+    ({"M": 8192, "D": 768, "F": 2048}, {}, "_gate_up_gluon"),
+    ({"M": 1000, "D": 1024, "F": 1000}, {"GL_BLOCK_N": 64, "GL_STAGES": 2}, "_gate_up_gluon"),
+    ({"M": 256, "D": 512, "F": 512}, {"GROUP_M": 1}, "_gate_up_gluon"),
+    ({"M": 256, "D": 512, "F": 512}, {"BLOCK_M": 64}, "_gate_up_tma"),
+    ({"M": 64, "D": 100, "F": 128}, {}, "_gate_up_kernel"),  # x rows of 200 B: no descriptor
+], ids=["ragged", "half-tile", "persistent", "64-wide-2-stages", "ungrouped", "bm64-tma", "unaligned-pointer"])
+def test_fused_mlp_gluon_on_hopper(shape: dict, config: dict, kernel: str, dtype) -> None:
+    """VARIANT gluon against the reference, and the kernel that ran is the one the launcher's rule picks."""
+    cases = [_inputs("fused_mlp", shape, dtype, seed=11)]
+    launches = _mlp_launches({"VARIANT": "gluon", **config}, cases, dtype)
+    assert launches == {name: int(name == kernel) for name in MLP_KERNELS}
+
+
+@pytest.mark.skipif(not HOPPER, reason="the sm_90 rule")
+def test_fused_mlp_gluon_spec_sets_on_hopper() -> None:
+    """Every spec shape set in bf16 through the default CONFIG (LLaMA-7B included): the Gluon kernel wherever
+    the rows allow descriptors (all but edge's F = 5), fp32 on the pointer kernel."""
+    cases = _spec_cases("fused_mlp", torch.bfloat16, "cpu", "edge", "odd", "gpt2", "llama7b")
+    assert _mlp_launches({}, cases, torch.bfloat16) == {"_gate_up_gluon": 6, "_gate_up_tma": 0, "_gate_up_kernel": 1}
+    cases = _spec_cases("fused_mlp", torch.float32, "cpu", "odd")
+    assert _mlp_launches({}, cases, torch.float32) == {"_gate_up_gluon": 0, "_gate_up_tma": 0, "_gate_up_kernel": 3}
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
