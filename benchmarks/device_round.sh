@@ -45,6 +45,10 @@
 #   final7: Triton attention GPU tests (new gluon_ws default), `verify`, the starter table, ncu of causal attention.
 #   gluon_ws3: Triton attention GPU tests and `verify` after the tile-loop refactor; PERSISTENT checked + timed.
 #   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
+#   matmul_gluon: the Triton matmul's warp-specialised Gluon kernel: GPU tests, checked on every set + timed.
+#   matmul_gluon2: the Gluon matmul with 32-wide k steps and 4-6 stages, checked + timed.
+#   gpt2_gemm: the Gluon matmul / fused MLP defaults against tma at GPT-2 shapes, fp16.
+#   final11: the Gluon matmul default: GPU tests, `verify`, its starter-table rows.
 #   final10: fused MLP GPU tests, `verify`, its default against tma (bf16, fp16), fp32 tiles, its table row.
 #   final9: fused MLP + CUDA attention GPU tests, `verify` of the fused MLP, its fp32 tiles (table9: their table rows).
 #   gluon_mlp: the fused MLP's warp-specialised Gluon gate/up kernel checked on every set + timed (bf16, fp16).
@@ -360,6 +364,33 @@ case "${1:-check}" in
       --variants benchmarks/variants/fused_mlp_fp32.json --sets cpu,odd --out "$out/mlp_fp32"
     step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types fused_mlp \
       --backends triton --out "$out/table"
+    ;;
+  matmul_gluon)  # the Triton matmul's persistent warp-specialised Gluon kernel (VARIANT gluon): its GPU tests, then
+    # checked on every set and timed against the tma default (bf16, both LLaMA-7B shapes; fp16)
+    step 200 pytest_matmul_gluon env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py -k "matmul"
+    step 200 variants_matmul_bf16 python3 benchmarks/variants_gpu.py matmul --dtype bf16 \
+      --variants benchmarks/variants/matmul_gluon.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mm_bf16"
+    ;;
+  matmul_gluon2)  # the Gluon matmul with 32-wide k steps and a deeper ring (24 KB a stage: 4-6 fit next to the c
+    # tile, against 3 of 48 KB), checked on every set and timed against the tma default
+    step 200 variants_matmul_bf16 python3 benchmarks/variants_gpu.py matmul --dtype bf16 \
+      --variants benchmarks/variants/matmul_gluon2.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mm_bf16"
+    ;;
+  final11)  # the Gluon matmul as the default: the matmul GPU tests, `verify` of the committed file, its table rows
+    step 200 pytest_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py -k "matmul"
+    step 90 verify_triton_matmul python3 -m autokernel_ci verify kernels/triton/matmul.py --device cuda \
+      --json "$out/verify_triton_matmul.json"
+    step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types matmul \
+      --backends triton --out "$out/table"
+    ;;
+  gpt2_gemm)  # the Gluon defaults of the matmul and the fused MLP against "tma" at the GPT-2 shapes in fp16 (checked
+    # on the cpu / gpt2 sets first; CUDA-graph times next to the plain ones)
+    for kt in matmul fused_mlp; do
+      step 150 "variants_${kt}_gpt2" python3 benchmarks/variants_gpu.py "$kt" --dtype fp16 --time-set gpt2 --graph \
+        --variants "benchmarks/variants/${kt}_default.json" --sets cpu,gpt2 --out "$out/${kt}_gpt2"
+    done
     ;;
   table9)  # the fused MLP and attention rows of the starter table (both backends, eager and torch.compile)
     step 300 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types fused_mlp,flash_attention \

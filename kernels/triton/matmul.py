@@ -12,22 +12,42 @@ one instruction per tile instead of per-thread addresses, edges zero-filled by t
 need 16-byte aligned bases and row strides and a contiguous last dimension (of b, or of b.T for an
 nn.Linear weight) and 16-bit inputs; otherwise they fall back to the pointer variants.
 
-The default, "tma" with 128x256x64 tiles, 3 stages and GROUP_M 16, measured on the H200 in bf16
-(benchmarks/variants_gpu.py, two rounds): 490-491 us at 4096x4096x11008 (1.10-1.15x cuBLAS) and
-503-530 us at 4096x11008x4096 (0.98-0.99x); the pointer "tiled" variant was 541-607 / 566-586 us.
+"gluon" (sm_90 only; elsewhere, and for fp32, it takes the "tma" rule) is written in Gluon: a persistent,
+warp-specialised kernel (one TMA load warp, two consumer warpgroups of 64 rows) that issues one
+m64n(GL_BLOCK_N)k16 wgmma a k step with one in flight, frees each ring stage as soon as both warpgroups' wgmma
+on it are done, and stores c through shared memory with the bulk-store wait deferred to the buffer's reuse, so
+a block's next tile loads and multiplies under this tile's store. It is the default, 128x256x64 (GL_BLOCK_N
+256), 3 stages (GL_STAGES; the 64 KB c tile leaves room for 3 of 48 KB). Measured on the H200 in bf16
+(benchmarks/variants_gpu.py, rounds matmul_gluon and matmul_gluon2, 4 points each against "tma" alternating):
+4096x4096x11008 493-536 us = 1.05-1.14x cuBLAS ("tma" 529-552 us, 1.02-1.06x), 4096x11008x4096 513-525 us =
+0.99-1.01x ("tma" 522-533 us, 0.97-1.00x). 128 wide was 0.92x at K=11008 (one wgmma of half the width reads
+1.2x the shared-memory bytes a MAC); 32-wide k steps with 4-6 stages of 24 KB, 0.97-1.05x, did not help.
+"tma" with 128x256x64 tiles, 3 stages and GROUP_M 16 was the default before (two earlier rounds: 490-491 us
+at 4096x4096x11008, 1.10-1.15x; 503-530 us at 4096x11008x4096, 0.98-0.99x).
 """
 
 import torch
 import triton
 import triton.language as tl
+from triton.experimental import gluon
+from triton.experimental.gluon import language as gl
+from triton.experimental.gluon.language.nvidia.hopper import (
+    fence_async_shared,
+    mbarrier,
+    tma,
+    warpgroup_mma,
+    warpgroup_mma_wait,
+)
+from triton.experimental.gluon.nvidia.hopper import TensorDescriptor as GluonTensorDescriptor
 from triton.tools.tensor_descriptor import TensorDescriptor
 
 KERNEL_TYPE = "matmul"
 BACKEND = "triton"
-CONFIG = {"VARIANT": "tma", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 16,
-          "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3", "FLATTEN": False, "TMA_STORE": True}
+CONFIG = {"VARIANT": "gluon", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 16,
+          "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3", "FLATTEN": False, "TMA_STORE": True,
+          "GL_BLOCK_N": 256, "GL_STAGES": 3}
 SEARCH_SPACE = {
-    "VARIANT": ["tiled", "persistent", "tma", "tma_persistent"],
+    "VARIANT": ["tiled", "persistent", "tma", "tma_persistent", "gluon"],
     "BLOCK_M": [64, 128, 256],
     "BLOCK_N": [64, 128, 256],
     "BLOCK_K": [32, 64, 128],
@@ -37,7 +57,12 @@ SEARCH_SPACE = {
     "FP32_DOT": ["tf32x3", "ieee"],
     "FLATTEN": [False, True],  # tma_persistent: one software-pipelined loop over tiles x K slices
     "TMA_STORE": [True, False],  # tma*: c through a descriptor (staged in smem) or plain masked stores
+    "GL_BLOCK_N": [128, 256],  # gluon: the tile width (one m64n(GL_BLOCK_N)k16 wgmma a warpgroup and k step)
+    "GL_STAGES": [2, 3, 4, 5],  # gluon: the TMA ring's depth (cut to what fits next to the c tile)
 }
+# The Gluon kernel's tile is its own pair of knobs: "gluon" falls back to "tma" (fp32, not sm_90, rows a descriptor
+# cannot address), which keeps BLOCK_N / num_stages.
+KNOB_SCOPE = {"GL_BLOCK_N": {"VARIANT": ["gluon"]}, "GL_STAGES": {"VARIANT": ["gluon"]}}
 
 # FP32_DOT is the tl.dot precision for fp32 inputs only (bf16/fp16 always use their tensor cores).
 # Plain tf32 is not offered: it rounds inputs to 10 mantissa bits; on the spec's large_magnitude
@@ -47,6 +72,9 @@ SEARCH_SPACE = {
 # Shared memory a block may use when the device does not report it: 227 KB on H100/H200.
 _DEFAULT_SMEM_BYTES = 232448
 _CPU_PROGRAMS = 4  # "persistent" grid size under the CPU interpreter (no SMs to count)
+# setmaxnreg of each Gluon consumer warpgroup: its 64 x 256 fp32 accumulator takes 128 registers a thread; two at
+# 232 and the load warp's group at 24 fit the SM's 64K (128 x (232 + 232 + 24) = 62,464).
+_WS_CONSUMER_REGS = 232
 
 
 @triton.jit
@@ -158,6 +186,115 @@ def _matmul_tma_persistent(a_desc, b_desc, c_desc, c_ptr, s_cm, s_cn, M, N, K, n
                   B_NK, UPCAST, PRECISION, TMA_STORE)
 
 
+@gluon.jit
+def _gl_mm_consumer(WG: gl.constexpr, a_smem, b_smem, c_smem, full, empty, c_desc, M, N, K, first_tile, n_tiles,
+                    tile_step, B_NK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """One consumer warpgroup: rows WG * 64 .. + 64 of each c tile, one m64n(BLOCK_N)k16 wgmma a k step with one
+    in flight; a stage goes back to the load warp through its `empty` mbarrier (one arrival a warpgroup) once
+    this warpgroup's wgmma on it is done. The c half leaves through shared memory by TMA while the next tile's
+    wgmma run; its buffer is waited for only before the next epilogue writes it. `ring` counts the k steps
+    consumed across the block's tiles (the stage and phase of the next)."""
+    HALF: gl.constexpr = c_smem.shape[1]
+    BLOCK_M: gl.constexpr = 2 * HALF
+    BLOCK_N: gl.constexpr = c_smem.shape[2]
+    BLOCK_K: gl.constexpr = a_smem.shape[2]
+    acc_layout: gl.constexpr = gl.NVMMADistributedLayout(version=[3, 0], warps_per_cta=[4, 1],
+                                                         instr_shape=[16, BLOCK_N, 16])
+    zero = gl.zeros([HALF, BLOCK_N], gl.float32, acc_layout)
+    c_w = c_smem.index(WG)
+    k_steps = gl.cdiv(K, BLOCK_K)
+    ring = 0
+    for tile in range(first_tile, n_tiles, tile_step):
+        pid_m, pid_n = _grouped(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        stage = ring % STAGES
+        mbarrier.wait(full.index(stage), (ring // STAGES) & 1)
+        acc = warpgroup_mma(a_smem.index(stage).slice(WG * HALF, HALF), _gl_b_operand(b_smem, stage, B_NK), zero,
+                            use_acc=False, is_async=True)
+        acc = warpgroup_mma_wait(1, deps=[acc])  # the one group in flight may stay: only the loop's type is set
+        for k in range(1, k_steps):
+            stage = (ring + k) % STAGES
+            mbarrier.wait(full.index(stage), ((ring + k) // STAGES) & 1)
+            acc = warpgroup_mma(a_smem.index(stage).slice(WG * HALF, HALF), _gl_b_operand(b_smem, stage, B_NK),
+                                acc, is_async=True)
+            acc = warpgroup_mma_wait(1, deps=[acc])  # step k - 1's wgmma is done: its stage may be refilled
+            mbarrier.arrive(empty.index((ring + k - 1) % STAGES), count=1)
+        acc = warpgroup_mma_wait(0, deps=[acc])
+        mbarrier.arrive(empty.index((ring + k_steps - 1) % STAGES), count=1)
+        ring += k_steps
+        tma.store_wait(0)  # the previous tile's c half has left c_w
+        c_w.store(acc.to(c_smem.dtype))
+        fence_async_shared()
+        gl.thread_barrier()  # every thread's part of c is in shared memory before the one TMA store reads it
+        tma.async_copy_shared_to_global(c_desc, [pid_m * BLOCK_M + WG * HALF, pid_n * BLOCK_N], c_w)
+    tma.store_wait(0)
+
+
+@gluon.jit
+def _gl_b_operand(b_smem, stage, B_NK: gl.constexpr):
+    """Stage `stage` of the b ring as wgmma's [BLOCK_K, BLOCK_N] operand: b.T's [BLOCK_N, BLOCK_K] tiles (an
+    nn.Linear weight) are read K-major through a transposed view, b's own [BLOCK_K, BLOCK_N] tiles N-major."""
+    if B_NK:
+        return b_smem.index(stage).permute((1, 0))
+    else:
+        return b_smem.index(stage)
+
+
+@gluon.jit
+def _gl_mm_loader(a_desc, b_desc, a_smem, b_smem, full, empty, M, N, K, first_tile, n_tiles, tile_step,
+                  B_NK: gl.constexpr, GROUP_M: gl.constexpr, STAGES: gl.constexpr):
+    """The load warp: each tile's a and b slices into the STAGES-deep ring as fast as the consumers free the
+    stages, running on into the next tile while the consumers finish this one."""
+    BLOCK_M: gl.constexpr = a_smem.shape[1]
+    BLOCK_K: gl.constexpr = a_smem.shape[2]
+    BLOCK_N: gl.constexpr = b_desc.block_type.shape[0] if B_NK else b_desc.block_type.shape[1]
+    k_steps = gl.cdiv(K, BLOCK_K)
+    ring = 0
+    for tile in range(first_tile, n_tiles, tile_step):
+        pid_m, pid_n = _grouped(tile, M, N, BLOCK_M, BLOCK_N, GROUP_M)
+        for k in range(k_steps):
+            stage = (ring + k) % STAGES
+            if ring + k >= STAGES:  # both warpgroups are done with the k step STAGES before this one
+                mbarrier.wait(empty.index(stage), (((ring + k) // STAGES) - 1) & 1)
+            bar = full.index(stage)
+            mbarrier.expect(bar, a_desc.block_type.nbytes + b_desc.block_type.nbytes)
+            tma.async_copy_global_to_shared(a_desc, [pid_m * BLOCK_M, k * BLOCK_K], bar, a_smem.index(stage))
+            if B_NK:
+                tma.async_copy_global_to_shared(b_desc, [pid_n * BLOCK_N, k * BLOCK_K], bar, b_smem.index(stage))
+            else:
+                tma.async_copy_global_to_shared(b_desc, [k * BLOCK_K, pid_n * BLOCK_N], bar, b_smem.index(stage))
+        ring += k_steps
+
+
+@gluon.jit
+def _matmul_gluon(a_desc, b_desc, c_desc, M, N, K, n_tiles, B_NK: gl.constexpr, GROUP_M: gl.constexpr,
+                  STAGES: gl.constexpr, CONSUMER_REGS: gl.constexpr):
+    """sm_90, persistent and warp-specialised: one load warp and two consumer warpgroups of 64 rows each (the
+    first is the kernel's own 4 warps, the second a worker partition) share each stage's b tile. A block takes
+    tiles first_tile, first_tile + grid, ... in grouped order; c_desc holds 64-row tiles."""
+    dtype: gl.constexpr = a_desc.dtype
+    BLOCK_M: gl.constexpr = a_desc.block_type.shape[0]
+    BLOCK_K: gl.constexpr = a_desc.block_type.shape[1]
+    BLOCK_N: gl.constexpr = c_desc.block_type.shape[1]
+    first_tile = gl.program_id(0)
+    tile_step = gl.num_programs(0)
+    a_smem = gl.allocate_shared_memory(dtype, [STAGES, BLOCK_M, BLOCK_K], a_desc.layout)
+    b_smem = gl.allocate_shared_memory(dtype, [STAGES] + b_desc.block_type.shape, b_desc.layout)
+    c_smem = gl.allocate_shared_memory(dtype, [2, BLOCK_M // 2, BLOCK_N], c_desc.layout)
+    full = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    empty = gl.allocate_shared_memory(gl.int64, [STAGES, 1], mbarrier.MBarrierLayout())
+    for i in gl.static_range(STAGES):
+        mbarrier.init(full.index(i), count=1)
+        mbarrier.init(empty.index(i), count=2)  # one arrival from each consumer warpgroup
+    gl.warp_specialize([
+        (_gl_mm_consumer, (0, a_smem, b_smem, c_smem, full, empty, c_desc, M, N, K, first_tile, n_tiles, tile_step,
+                           B_NK, GROUP_M, STAGES)),
+        (_gl_mm_consumer, (1, a_smem, b_smem, c_smem, full, empty, c_desc, M, N, K, first_tile, n_tiles, tile_step,
+                           B_NK, GROUP_M, STAGES)),
+        (_gl_mm_loader, (a_desc, b_desc, a_smem, b_smem, full, empty, M, N, K, first_tile, n_tiles, tile_step,
+                         B_NK, GROUP_M, STAGES)),
+    ], [4, 1], [CONSUMER_REGS, 24])
+
+
 def _device_facts(device):
     """(SM count, shared memory bytes per block) of the device; interpreter stand-ins on CPU."""
     if device.type != "cuda":
@@ -183,6 +320,55 @@ def _descriptors(a, b, c, bm, bn, bk):
     else:
         return None
     return TensorDescriptor.from_tensor(a, [bm, bk]), b_desc, TensorDescriptor.from_tensor(c, [bm, bn])
+
+
+_SMEM_LAYOUTS: dict = {}
+
+
+def _smem_layout(block: list[int], gl_dtype):
+    """The swizzled shared-memory layout of a TMA tile, built once: ~9.6 us of host time each (CPU measurement),
+    three a call, which made a GPT-2 size GEMM (65 us) host-bound."""
+    key = (*block, str(gl_dtype))
+    if key not in _SMEM_LAYOUTS:
+        _SMEM_LAYOUTS[key] = gl.NVMMASharedLayout.get_default_for(block, gl_dtype)
+    return _SMEM_LAYOUTS[key]
+
+
+def _gluon_stage_count(cfg: dict, elem: int, smem: int) -> int:
+    """Ring depth of VARIANT "gluon" for this CONFIG: GL_STAGES, or fewer where they do not fit next to the c
+    tile; 0 where two do not (with one, the load warp would wait for a stage the consumers free only after the
+    next k step's wgmma, which waits for that load: a hang) or the tile is not the kernel's (128 rows: two
+    warpgroups of 64; GL_BLOCK_N 64-256: wgmma's widths)."""
+    bm, bn, bk = cfg["BLOCK_M"], cfg["GL_BLOCK_N"], cfg["BLOCK_K"]
+    if bm != 128 or bn not in (64, 128, 256):
+        return 0
+    per_stage = (bm * bk + bk * bn) * elem
+    room = smem - bm * bn * elem - 1024  # the c tile, barriers and alignment
+    stages = min(cfg["GL_STAGES"], room // per_stage)
+    return stages if stages >= 2 else 0
+
+
+def _gluon_launch(a, b, c, cfg, n_sms, smem) -> bool:
+    """VARIANT "gluon" where it can run (an sm_90 CUDA GPU: wgmma; ROCm's gfx9 also reports 9.x; 16-bit tensors
+    a descriptor can address), launched and True; else False (the caller takes the "tma" rule)."""
+    if (a.device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(a.device)[0] != 9
+            or a.element_size() != 2 or not (_tma_ok(a) and _tma_ok(c)) or not (_tma_ok(b) or _tma_ok(b.T))):
+        return False
+    stages = _gluon_stage_count(cfg, 2, smem)
+    if not stages:
+        return False
+    M, K = a.shape
+    N = b.shape[1]
+    bm, bn, bk = cfg["BLOCK_M"], cfg["GL_BLOCK_N"], cfg["BLOCK_K"]
+    b_nk = not _tma_ok(b)
+    gl_dtype = gl.bfloat16 if a.dtype == torch.bfloat16 else gl.float16
+    # c moves in 64-row halves, one a consumer warpgroup.
+    operands = ((a, [bm, bk]), (b.T, [bn, bk]) if b_nk else (b, [bk, bn]), (c, [bm // 2, bn]))
+    descs = [GluonTensorDescriptor.from_tensor(t, block, _smem_layout(block, gl_dtype)) for t, block in operands]
+    n_tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
+    _matmul_gluon[(min(n_tiles, n_sms),)](*descs, M, N, K, n_tiles, B_NK=b_nk, GROUP_M=cfg["GROUP_M"],
+                                          STAGES=stages, CONSUMER_REGS=_WS_CONSUMER_REGS, num_warps=4)
+    return True
 
 
 def _pipeline(cfg, dtype, elem, smem):
@@ -221,6 +407,13 @@ def _launch(a, b, c, cfg):
                 num_stages=stages, num_warps=cfg["num_warps"])
     n_tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
     variant = cfg["VARIANT"]
+    if variant not in SEARCH_SPACE["VARIANT"]:
+        raise ValueError(f"matmul CONFIG VARIANT must be one of {SEARCH_SPACE['VARIANT']}, got {variant!r}: "
+                         "pick one of those")
+    if variant == "gluon":
+        if _gluon_launch(a, b, c, cfg, n_sms, smem):
+            return
+        variant = "tma"
     if variant.startswith("tma"):
         # fp32 keeps the pointer path: its tf32x3 a-copy plus a 128x256 fp32 c tile (128 KB) leave room
         # for one pipeline stage, and only the 16-bit tensor-core path was measured on the H200.

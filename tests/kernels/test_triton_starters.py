@@ -592,23 +592,32 @@ def compile_gluon_attention_sm90(case: dict) -> dict:
                                consts)
 
 
-# The fused MLP's Gluon gate/up kernel (VARIANT "gluon") at the stage counts the launcher gives it on an H100/H200
-# (_gluon_stages): 128x128 bf16 takes 4 stages of 48 KB next to the 32 KB h tile.
-GLUON_SM90_MLP = {
-    "bf16-128": {"dtype": "bf16", "BLOCK_N": 128},
-    "fp16-64": {"dtype": "fp16", "BLOCK_N": 64},
+# The Gluon GEMM kernels (VARIANT "gluon" of the fused MLP and the matmul) at the stage counts their launchers give
+# them on an H100/H200: the MLP's 128x128 bf16 takes 4 stages of 48 KB next to the 32 KB h tile, the matmul's
+# 128x256 3 of 48 KB next to the 64 KB c tile. The matmul reads b's own [K, N] tiles N-major or b.T's K-major.
+GLUON_SM90_GEMM = {
+    "fused_mlp-bf16-128": {"type": "fused_mlp", "dtype": "bf16", "BLOCK_N": 128},
+    "fused_mlp-fp16-64": {"type": "fused_mlp", "dtype": "fp16", "BLOCK_N": 64},
+    "matmul-bf16-256-kn": {"type": "matmul", "dtype": "bf16", "BLOCK_N": 256, "B_NK": False},
+    "matmul-fp16-128-nk": {"type": "matmul", "dtype": "fp16", "BLOCK_N": 128, "B_NK": True},
 }
 
 
-def compile_gluon_mlp_sm90(case: dict) -> dict:
-    module = _module("fused_mlp")
+def compile_gluon_gemm_sm90(case: dict) -> dict:
+    """The kernel as its launcher builds it, with its stage count and the wgmma width it should issue (the MLP's
+    gate and up side by side: twice the tile)."""
+    module = _module(case["type"])
     bn = case["BLOCK_N"]
-    cfg = {**module.CONFIG, "GL_BLOCK_N": bn}
-    stages = module._gluon_stage_count(cfg, 2, H100_SMEM_BYTES)
-    blocks = {"x_desc": [128, 64], "g_desc": [bn, 64], "u_desc": [bn, 64], "h_desc": [64, bn]}
-    result = _compile_gluon_sm90(module._gate_up_gluon, case["dtype"], blocks, {
-        "GROUP_M": 8, "STAGES": stages, "CONSUMER_REGS": module._WS_CONSUMER_REGS})
-    return result | {"stages": stages}
+    stages = module._gluon_stage_count({**module.CONFIG, "GL_BLOCK_N": bn}, 2, H100_SMEM_BYTES)
+    consts = {"GROUP_M": 8, "STAGES": stages, "CONSUMER_REGS": module._WS_CONSUMER_REGS}
+    if case["type"] == "fused_mlp":
+        fn, width = module._gate_up_gluon, 2 * bn
+        blocks = {"x_desc": [128, 64], "g_desc": [bn, 64], "u_desc": [bn, 64], "h_desc": [64, bn]}
+    else:
+        fn, width = module._matmul_gluon, bn
+        blocks = {"a_desc": [128, 64], "b_desc": [bn, 64] if case["B_NK"] else [64, bn], "c_desc": [64, bn]}
+        consts["B_NK"] = case["B_NK"]
+    return _compile_gluon_sm90(fn, case["dtype"], blocks, consts) | {"stages": stages, "width": width}
 
 
 def _sm90_key(kernel_type: str, kernel_name: str, dtype: str, constexprs: dict) -> str:
@@ -641,17 +650,16 @@ def test_gluon_attention_compiles_for_sm90(case_id: str, sm90_results: dict) -> 
     assert result["setmaxnreg"] > 0, "the warp-specialised kernel reallocates no registers"
 
 
-@pytest.mark.parametrize("case_id", sorted(GLUON_SM90_MLP))
-def test_gluon_mlp_compiles_for_sm90(case_id: str, sm90_results: dict) -> None:
-    """The Gluon gate/up kernel issues gate and up as one wgmma of twice BLOCK_N's width (m64n256k16 at
-    BLOCK_N 128), keeps one wgmma in flight while it issues the next in each of its two consumer warpgroups, has
-    three warpgroups with registers moved to the consumers, and fits one block's shared memory with two stages
-    at least."""
-    result = sm90_results[f"gluon_mlp.{case_id}"]
+@pytest.mark.parametrize("case_id", sorted(GLUON_SM90_GEMM))
+def test_gluon_gemm_compiles_for_sm90(case_id: str, sm90_results: dict) -> None:
+    """The Gluon GEMM kernels issue one wgmma shape (the MLP's gate and up as one of twice GL_BLOCK_N's width,
+    m64n256k16 at 128), keep one wgmma in flight while they issue the next in each of their two consumer
+    warpgroups, have three warpgroups with registers moved to the consumers, and fit one block's shared memory
+    with two stages at least."""
+    result = sm90_results[f"gluon_gemm.{case_id}"]
     assert isinstance(result, dict), f"sm_90 Gluon compile failed: {result}"
-    width = 2 * GLUON_SM90_MLP[case_id]["BLOCK_N"]
     assert result["cubin"], "no cubin produced"
-    assert result["wgmma_shapes"] == [f"m64n{width}k16"], result["wgmma_shapes"]
+    assert result["wgmma_shapes"] == [f"m64n{result['width']}k16"], result["wgmma_shapes"]
     assert result["stages"] >= 2, f"only {result['stages']} stage(s) fit"
     assert result["shared"] <= H100_SMEM_BYTES, f"{result['shared']} B of shared memory > {H100_SMEM_BYTES}"
     # Two a consumer warpgroup: after a tile's first k step (it waits for nothing) and in its k loop.
@@ -670,7 +678,7 @@ def _compile_error(exc: Exception) -> str:
 if __name__ == "__main__" and sys.argv[1:] == ["--compile-sm90"]:
     jobs = [(_sm90_key(*kernel), compile_sm90, kernel) for kernel in SM90_KERNELS if kernel[0] in TYPES]
     for prefix, compile_fn, cases in (("gluon", compile_gluon_attention_sm90, GLUON_SM90_ATTENTION),
-                                      ("gluon_mlp", compile_gluon_mlp_sm90, GLUON_SM90_MLP)):
+                                      ("gluon_gemm", compile_gluon_gemm_sm90, GLUON_SM90_GEMM)):
         jobs += [(f"{prefix}.{case_id}", compile_fn, (case,)) for case_id, case in cases.items()]
     results: dict[str, object] = {}
     for key, compile_fn, args in jobs:

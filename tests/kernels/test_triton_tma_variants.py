@@ -44,6 +44,81 @@ def test_matmul_descriptor_variants(config: dict, dtype) -> None:
     assert sorted(launch["B_NK"] for launch in launches) == [False, True]
 
 
+MATMUL_KERNELS = ("_matmul_gluon", "_matmul_tma", "_matmul_tma_persistent", "_matmul_tiled", "_matmul_persistent")
+
+
+def _matmul_launches(config: dict, cases: list[tuple], dtype) -> dict[str, int]:
+    launches = run_with_spies("matmul", config, MATMUL_KERNELS, cases, dtype)
+    return {name: len(calls) for name, calls in launches.items() if calls}
+
+
+def _weight_case(shape: dict, dtype, seed: int) -> tuple:
+    """a and b = weight.T for an nn.Linear weight [N, K]: b itself has no contiguous rows, b.T does."""
+    a, b = _inputs("matmul", shape, dtype, seed=seed)
+    return a, b.T.contiguous().T
+
+
+@pytest.mark.skipif(HOPPER, reason="the CPU's and non-sm_90 GPUs' rule; sm_90 runs the Gluon kernel (below)")
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+def test_matmul_gluon_variant_falls_back_off_hopper(dtype) -> None:
+    """Where wgmma is missing, VARIANT "gluon" takes the "tma" rule: the descriptor kernel where the rows are
+    16-byte aligned (64x96x80, and a weight's transpose), the tiled pointer kernel where not (the odd widths)."""
+    cases = _spec_cases("matmul", dtype, "cpu", "edge") + [_weight_case({"M": 48, "K": 64, "N": 40}, dtype, 8)]
+    assert _matmul_launches({"VARIANT": "gluon"}, cases, dtype) == {"_matmul_tma": 2, "_matmul_tiled": 4}
+
+
+@pytest.mark.parametrize(("config", "elem", "smem", "stages"), [
+    ({}, 2, 232448, 3),  # 3 x 48 KB + the 64 KB c tile: 212,992 B of 232,448
+    ({"GL_STAGES": 5}, 2, 232448, 3),  # a fourth stage does not fit
+    ({"GL_STAGES": 2}, 2, 232448, 2),
+    ({"GL_BLOCK_N": 128, "GL_STAGES": 5}, 2, 232448, 5),  # 5 x 32 KB + 32 KB
+    ({}, 2, 101376, 0),  # a 99 KB GPU: the c tile and one stage only, which would hang
+    ({"GL_BLOCK_N": 128}, 2, 101376, 2),
+    ({"BLOCK_M": 64}, 2, 232448, 0),  # the kernel's two warpgroups take 64 rows each
+    ({"GL_BLOCK_N": 512}, 2, 232448, 0),  # wider than any wgmma
+], ids=["default", "capped", "two", "128-wide", "small-smem", "small-smem-128", "bm64", "bn512"])
+def test_matmul_gluon_stage_count(config: dict, elem: int, smem: int, stages: int) -> None:
+    module = _module("matmul")
+    assert module._gluon_stage_count({**module.CONFIG, **config}, elem, smem) == stages
+
+
+def test_matmul_unknown_variant_is_named() -> None:
+    with pytest.raises(ValueError, match=r"VARIANT must be one of .*got 'wgmma'"):
+        _matmul_launches({"VARIANT": "wgmma"}, _spec_cases("matmul", torch.float16, "cpu")[:1], torch.float16)
+
+
+@pytest.mark.skipif(not HOPPER, reason="VARIANT gluon runs on sm_90 GPUs only (compiled for sm_90 on the CPU)")
+@pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
+@pytest.mark.parametrize(("shape", "weight", "config", "kernel"), [
+    ({"M": 300, "K": 200, "N": 1000}, False, {}, "_matmul_gluon"),  # ragged M, K (200 = 3 x 64 + 8) and N tiles
+    ({"M": 300, "K": 200, "N": 1000}, True, {}, "_matmul_gluon"),  # b = weight.T: K-major b tiles
+    ({"M": 40, "K": 64, "N": 96}, False, {}, "_matmul_gluon"),  # the second warpgroup's rows all past M
+    ({"M": 1, "K": 128, "N": 256}, True, {}, "_matmul_gluon"),  # one row: a decode step through nn.Linear
+    # 1,536 tiles over 132 SMs: each block takes 11-12 tiles, its ring and c buffers running on across them
+    ({"M": 8192, "K": 768, "N": 3072}, True, {"GL_BLOCK_N": 128}, "_matmul_gluon"),
+    ({"M": 1000, "K": 1024, "N": 1000}, False, {"GL_BLOCK_N": 128, "GL_STAGES": 2}, "_matmul_gluon"),
+    ({"M": 256, "K": 512, "N": 512}, False, {"GROUP_M": 1}, "_matmul_gluon"),
+    ({"M": 256, "K": 512, "N": 512}, False, {"BLOCK_M": 64}, "_matmul_tma"),
+    ({"M": 64, "K": 100, "N": 128}, False, {}, "_matmul_tiled"),  # a's rows of 200 B: no descriptor
+], ids=["ragged", "ragged-weight", "half-tile", "one-row-weight", "persistent-weight", "128-wide-2-stages",
+        "ungrouped", "bm64-tma", "unaligned-tiled"])
+def test_matmul_gluon_on_hopper(shape: dict, weight: bool, config: dict, kernel: str, dtype) -> None:
+    """VARIANT gluon against the reference, and the kernel that ran is the one the launcher's rule picks."""
+    cases = [_weight_case(shape, dtype, 12) if weight else _inputs("matmul", shape, dtype, seed=12)]
+    assert _matmul_launches({"VARIANT": "gluon", **config}, cases, dtype) == {kernel: 1}
+
+
+@pytest.mark.skipif(not HOPPER, reason="the sm_90 rule")
+def test_matmul_gluon_spec_sets_on_hopper() -> None:
+    """Every spec shape set in bf16 through VARIANT gluon (LLaMA-7B included): the Gluon kernel where the rows
+    allow descriptors (64x96x80, GPT-2, both LLaMA-7B shapes), the tiled kernel for the odd widths; fp32 on the
+    tiled kernel."""
+    cases = _spec_cases("matmul", torch.bfloat16, "cpu", "edge", "odd", "gpt2", "llama7b")
+    assert _matmul_launches({"VARIANT": "gluon"}, cases, torch.bfloat16) == {"_matmul_gluon": 4, "_matmul_tiled": 6}
+    cases = _spec_cases("matmul", torch.float32, "cpu", "odd")
+    assert _matmul_launches({"VARIANT": "gluon"}, cases, torch.float32) == {"_matmul_tiled": 4}
+
+
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
 def test_fused_mlp_descriptor_variant(dtype) -> None:
     cases = _spec_cases("fused_mlp", dtype, "cpu", "edge")
