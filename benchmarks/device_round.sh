@@ -47,6 +47,8 @@
 #   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
 #   matmul_gluon: the Triton matmul's warp-specialised Gluon kernel: GPU tests, checked on every set + timed.
 #   matmul_gluon2: the Gluon matmul with 32-wide k steps and 4-6 stages, checked + timed.
+#   final12: the CUDA matmul at GROUP_M 16: GPU tests, `verify`, the matmul table rows (both backends).
+#   cuda_mm_group: the CUDA matmul at GROUP_M 16 / 3 stages + whole-tile store against its default.
 #   gpt2_gemm: the Gluon matmul / fused MLP defaults against tma at GPT-2 shapes, fp16.
 #   final11: the Gluon matmul default: GPU tests, `verify`, its starter-table rows.
 #   final10: fused MLP GPU tests, `verify`, its default against tma (bf16, fp16), fp32 tiles, its table row.
@@ -391,6 +393,20 @@ case "${1:-check}" in
       step 150 "variants_${kt}_gpt2" python3 benchmarks/variants_gpu.py "$kt" --dtype fp16 --time-set gpt2 --graph \
         --variants "benchmarks/variants/${kt}_default.json" --sets cpu,gpt2 --out "$out/${kt}_gpt2"
     done
+    ;;
+  cuda_mm_group)  # the CUDA matmul with the Gluon kernel's choices (GROUP_M 16; 3 stages and a whole-tile store),
+    # checked on every set and timed alternating with its default, bf16
+    step 200 variants_cuda_matmul python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype bf16 \
+      --variants benchmarks/variants/cuda_matmul_group.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cuda_mm"
+    ;;
+  final12)  # the CUDA matmul at GROUP_M 16: its GPU tests (stress cases included), `verify`, its starter-table rows
+    step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py \
+      -k "gpu and (matmul or stress)"
+    step 90 verify_cuda_matmul python3 -m autokernel_ci verify kernels/cuda/matmul.py --device cuda \
+      --json "$out/verify_cuda_matmul.json"
+    step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types matmul \
+      --backends triton,cuda --out "$out/table"
     ;;
   table9)  # the fused MLP and attention rows of the starter table (both backends, eager and torch.compile)
     step 300 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types fused_mlp,flash_attention \

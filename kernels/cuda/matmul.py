@@ -48,8 +48,8 @@ BACKEND = "cuda"
 # block an SM (234 registers), 48 KiB a stage at BK 64, 3 stages = 144 KiB: on the H200 1,060-1,125 us at
 # the LLaMA-7B GEMMs, against 1,197-1,227 us for BK 32 x 4 stages (benchmarks/variants/cuda_matmul.json).
 # STAGES is a ceiling: the launcher lowers it to fit the device's shared memory a block (227 KiB on
-# sm_90: at most 4 stages of 48 KiB; 99 KiB on sm_86/89: 2). GROUP_M 8:
-# 8 row panels of tiles run column by column, so a B panel is read from DRAM about once per 8 block rows.
+# sm_90: at most 4 stages of 48 KiB; 99 KiB on sm_86/89: 2). GROUP_M 16:
+# 16 row panels of tiles run column by column, so a B panel is read from DRAM about once per 16 block rows.
 # WG_TILE / WG_STAGES: VARIANT "wgmma" only. 128x256 (two 64 x 256 consumer warpgroups, the cuBLAS-class tile):
 # 48 KiB a stage; 128x128: 32 KiB a stage, up to 6. ptxas (nvcc 13, sm_90a): 168 registers at launch, 0 spills,
 # for both tiles. The default "wgmma" point, 128x256, persistent, TMA-store epilogue in two passes, 4 stages (192 +
@@ -62,8 +62,11 @@ BACKEND = "cuda"
 # cluster-scope release on the remote arrival, ran 697-737 us (MEMBAR.ALL.GPU in the mainloop; see
 # nvrtc.mbar_arrive_cluster). Correct on every shape set in bf16 and fp16. Other GPUs run "mma".
 # WG_L2_PROMOTION: bytes the L2 fetches per TMA request (nvrtc.tensor_map); 128 (Triton's choice) measured 1-7%
-# slower than 256 here.
-CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 8, "WG_TILE": "128x256",
+# slower than 256 here. GROUP_M 16 (the Triton Gluon kernel's), round cuda_mm_group, alternating: 536.3-536.5 us at
+# K = 11008 against 543.8-545.3 for 8 (+1.4%; repeats within 0.3%), 515.8-546.1 against 494.8-550.5 at K = 4096
+# (inside that shape's spread); GROUP_M 4 549.9 / 576.1 us. A whole-tile store with 3 stages, the Gluon kernel's
+# other choice, was slower here: 546.2-560.4 us at K = 11008.
+CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 16, "WG_TILE": "128x256",
           "WG_STAGES": 4, "WG_PERSISTENT": True, "WG_TMA_STORE": True, "WG_STORE_SPLIT": 2,
           "WG_L2_PROMOTION": 256, "WG_CLUSTER": 1}
 SEARCH_SPACE = {
