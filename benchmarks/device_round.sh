@@ -47,6 +47,7 @@
 #   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
 #   matmul_gluon: the Triton matmul's warp-specialised Gluon kernel: GPU tests, checked on every set + timed.
 #   matmul_gluon2: the Gluon matmul with 32-wide k steps and 4-6 stages, checked + timed.
+#   launch: host time a call of the Triton GEMM / attention kernels by variant (cProfile of the launch path).
 #   final12: the CUDA matmul at GROUP_M 16: GPU tests, `verify`, the matmul table rows (both backends).
 #   cuda_mm_group: the CUDA matmul at GROUP_M 16 / 3 stages + whole-tile store against its default.
 #   gpt2_gemm: the Gluon matmul / fused MLP defaults against tma at GPT-2 shapes, fp16.
@@ -407,6 +408,9 @@ case "${1:-check}" in
       --json "$out/verify_cuda_matmul.json"
     step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types matmul \
       --backends triton,cuda --out "$out/table"
+    ;;
+  launch)  # host time a call of the Triton GEMM / attention kernels by variant at tiny shapes, and where it goes
+    step 200 launch_overhead python3 benchmarks/launch_overhead.py --out "$out/launch"
     ;;
   table9)  # the fused MLP and attention rows of the starter table (both backends, eager and torch.compile)
     step 300 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types fused_mlp,flash_attention \
