@@ -45,13 +45,14 @@
 #   final7: Triton attention GPU tests (new gluon_ws default), `verify`, the starter table, ncu of causal attention.
 #   gluon_ws3: Triton attention GPU tests and `verify` after the tile-loop refactor; PERSISTENT checked + timed.
 #   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
-#   matmul_gluon: the Triton matmul's warp-specialised Gluon kernel: GPU tests, checked on every set + timed.
-#   matmul_gluon2: the Gluon matmul with 32-wide k steps and 4-6 stages, checked + timed.
+#   review: Triton GEMM / Gluon attention GPU tests and `verify` of both GEMM files after the review.
 #   launch: host time a call of the Triton GEMM / attention kernels by variant (cProfile of the launch path).
 #   final12: the CUDA matmul at GROUP_M 16: GPU tests, `verify`, the matmul table rows (both backends).
 #   cuda_mm_group: the CUDA matmul at GROUP_M 16 / 3 stages + whole-tile store against its default.
 #   gpt2_gemm: the Gluon matmul / fused MLP defaults against tma at GPT-2 shapes, fp16.
 #   final11: the Gluon matmul default: GPU tests, `verify`, its starter-table rows.
+#   matmul_gluon2: the Gluon matmul with 32-wide k steps and 4-6 stages, checked + timed.
+#   matmul_gluon: the Triton matmul's warp-specialised Gluon kernel: GPU tests, checked on every set + timed.
 #   final10: fused MLP GPU tests, `verify`, its default against tma (bf16, fp16), fp32 tiles, its table row.
 #   final9: fused MLP + CUDA attention GPU tests, `verify` of the fused MLP, its fp32 tiles (table9: their table rows).
 #   gluon_mlp: the fused MLP's warp-specialised Gluon gate/up kernel checked on every set + timed (bf16, fp16).
@@ -92,12 +93,17 @@ matmul_gpu_tests() {
   step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
     tests/kernels/test_cuda_starters.py -k "gpu and matmul"
 }
+kernel_checks() {  # kernel_checks NAME KERNEL_FILE FILTER TEST_FILE...: the GPU tests FILTER selects in TEST_FILEs
+  # (pytest_NAME) and `verify` of KERNEL_FILE as it is (verify_NAME, its JSON beside the log)
+  local name="$1" file="$2" filter="$3"; shift 3
+  step 200 "pytest_$name" env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 "$@" \
+    -k "$filter"
+  step 90 "verify_$name" python3 -m autokernel_ci verify "$file" --device cuda --json "$out/verify_$name.json"
+}
 triton_attention_checks() {  # the Triton attention's GPU tests (every spec set, the Gluon kernel's cases and
   # fallbacks) and `verify` of the file as it is
-  step 150 pytest_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-    tests/kernels/test_triton_starters.py -k "flash_attention or gluon"
-  step 90 verify_triton_flash python3 -m autokernel_ci verify kernels/triton/flash_attention.py --device cuda \
-    --json "$out/verify_triton_flash.json"
+  kernel_checks triton_flash kernels/triton/flash_attention.py "flash_attention or gluon" \
+    tests/kernels/test_triton_starters.py
 }
 second_dtypes() {  # the Triton starters at fp16 on the GPT-2 shapes and at fp32 on the LLaMA shapes
   step 120 starters_fp16_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
@@ -342,23 +348,19 @@ case "${1:-check}" in
   final9)  # seventh session's closing round: GPU tests of the fused MLP (its Gluon default on every spec set, its
     # own cases and fallbacks) and of the CUDA attention (WG_CONSUMER_COPIES), `verify` of the fused MLP, fp32 at the
     # new 128-wide default against the former 64-wide tiles
-    step 200 pytest_mlp env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py -k "mlp"
+    kernel_checks triton_mlp kernels/triton/fused_mlp.py mlp tests/kernels/test_triton_tma_variants.py \
+      tests/kernels/test_triton_starters.py
     step 200 pytest_cuda_flash env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
       tests/test_nvrtc.py tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py \
       -k "gpu and (flash or stress)"
-    step 90 verify_triton_mlp python3 -m autokernel_ci verify kernels/triton/fused_mlp.py --device cuda \
-      --json "$out/verify_triton_mlp.json"
     step 120 variants_mlp_fp32 python3 benchmarks/variants_gpu.py fused_mlp --dtype fp32 \
       --variants benchmarks/variants/fused_mlp_fp32.json --sets cpu,odd --out "$out/mlp_fp32"
     ;;
   final10)  # the Gluon kernel's tile as its own knobs (GL_BLOCK_N, GL_STAGES; the fallbacks keep 64 x 3): GPU
     # tests and `verify` of the fused MLP, the committed default against "tma" in bf16 and fp16 (every set checked,
     # alternating), fp32 at the 64-wide default against 128 wide, and the fused MLP's starter-table row
-    step 200 pytest_mlp env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py -k "mlp"
-    step 90 verify_triton_mlp python3 -m autokernel_ci verify kernels/triton/fused_mlp.py --device cuda \
-      --json "$out/verify_triton_mlp.json"
+    kernel_checks triton_mlp kernels/triton/fused_mlp.py mlp tests/kernels/test_triton_tma_variants.py \
+      tests/kernels/test_triton_starters.py
     for dtype in bf16 fp16; do
       step 150 "variants_mlp_$dtype" python3 benchmarks/variants_gpu.py fused_mlp --dtype "$dtype" \
         --variants benchmarks/variants/fused_mlp_default.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mlp_$dtype"
@@ -381,10 +383,8 @@ case "${1:-check}" in
       --variants benchmarks/variants/matmul_gluon2.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mm_bf16"
     ;;
   final11)  # the Gluon matmul as the default: the matmul GPU tests, `verify` of the committed file, its table rows
-    step 200 pytest_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py -k "matmul"
-    step 90 verify_triton_matmul python3 -m autokernel_ci verify kernels/triton/matmul.py --device cuda \
-      --json "$out/verify_triton_matmul.json"
+    kernel_checks triton_matmul kernels/triton/matmul.py matmul tests/kernels/test_triton_tma_variants.py \
+      tests/kernels/test_triton_starters.py
     step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types matmul \
       --backends triton --out "$out/table"
     ;;
@@ -401,16 +401,20 @@ case "${1:-check}" in
       --variants benchmarks/variants/cuda_matmul_group.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cuda_mm"
     ;;
   final12)  # the CUDA matmul at GROUP_M 16: its GPU tests (stress cases included), `verify`, its starter-table rows
-    step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py \
-      -k "gpu and (matmul or stress)"
-    step 90 verify_cuda_matmul python3 -m autokernel_ci verify kernels/cuda/matmul.py --device cuda \
-      --json "$out/verify_cuda_matmul.json"
+    kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
+      tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
     step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types matmul \
       --backends triton,cuda --out "$out/table"
     ;;
   launch)  # host time a call of the Triton GEMM / attention kernels by variant at tiny shapes, and where it goes
     step 200 launch_overhead python3 benchmarks/launch_overhead.py --out "$out/launch"
+    ;;
+  review)  # after the review: the launchers' shared descriptor rule (matmul _b_nk; fused MLP descriptors_ok) and the
+    # launch counts in one helper: the Triton GEMM / Gluon attention GPU tests, `verify` of both GEMM files
+    kernel_checks triton_gemm kernels/triton/matmul.py "matmul or fused_mlp_gluon or gluon_attention or gluon_stage" \
+      tests/kernels/test_triton_tma_variants.py tests/kernels/test_triton_starters.py
+    step 90 verify_triton_mlp python3 -m autokernel_ci verify kernels/triton/fused_mlp.py --device cuda \
+      --json "$out/verify_triton_mlp.json"
     ;;
   table9)  # the fused MLP and attention rows of the starter table (both backends, eager and torch.compile)
     step 300 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types fused_mlp,flash_attention \

@@ -295,11 +295,11 @@ def _gluon_stage_count(cfg: dict, elem: int, smem: int) -> int:
     return stages if stages >= 2 else 0
 
 
-def _gluon_stages(x, w_gate, w_up, h, cfg):
+def _gluon_stages(x, descriptors_ok: bool, cfg):
     """_gluon_stage_count where the kernel can run, else 0: an sm_90 CUDA GPU (wgmma; ROCm's gfx9 also reports
-    9.x) and 16-bit tensors a descriptor can address."""
-    if (x.device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(x.device)[0] != 9
-            or x.element_size() != 2 or not all(_tma_ok(t) for t in (x, w_gate, w_up, h))):
+    9.x) and 16-bit tensors a descriptor can address (descriptors_ok)."""
+    if (not descriptors_ok or x.device.type != "cuda" or torch.version.hip is not None
+            or torch.cuda.get_device_capability(x.device)[0] != 9):
         return 0
     return _gluon_stage_count(cfg, 2, _smem_bytes(x.device))
 
@@ -311,8 +311,10 @@ def _launch_gate_up(x, w_gate, w_up, h, cfg):
     if cfg["VARIANT"] not in SEARCH_SPACE["VARIANT"]:
         raise ValueError(f"fused_mlp CONFIG VARIANT must be one of {SEARCH_SPACE['VARIANT']}, got {cfg['VARIANT']!r}: "
                          "pick one of those")
+    # tma and gluon: 16-bit inputs only (fp32 keeps tf32x3 on the pointer path).
+    descriptors_ok = x.element_size() == 2 and all(_tma_ok(t) for t in (x, w_gate, w_up, h))
     if cfg["VARIANT"] == "gluon":
-        stages = _gluon_stages(x, w_gate, w_up, h, cfg)
+        stages = _gluon_stages(x, descriptors_ok, cfg)
         if stages:
             gbn = cfg["GL_BLOCK_N"]
             gl_dtype = gl.bfloat16 if x.dtype == torch.bfloat16 else gl.float16
@@ -329,10 +331,9 @@ def _launch_gate_up(x, w_gate, w_up, h, cfg):
     # A pipeline stage holds an x slice and two weight slices; fp32 (tf32x3) keeps one more x
     # slice. Never ask for more than fits: halve BLOCK_K until one stage fits, then cut stages.
     smem, elem = _smem_bytes(x.device), x.element_size()
-    # tma: 16-bit inputs only (fp32 keeps tf32x3 on the pointer path). The h tile is staged for its
-    # bulk store in the pipeline's dead buffers (sm_90 compiles measured: 128x128x64 bf16 uses
-    # 147,512 B at 3 stages, 196,672 B at 4): it costs no stage.
-    tma = cfg["VARIANT"] in ("tma", "gluon") and elem == 2 and all(_tma_ok(t) for t in (x, w_gate, w_up, h))
+    # tma: the h tile is staged for its bulk store in the pipeline's dead buffers (sm_90 compiles measured:
+    # 128x128x64 bf16 uses 147,512 B at 3 stages, 196,672 B at 4): it costs no stage.
+    tma = cfg["VARIANT"] in ("tma", "gluon") and descriptors_ok
     while True:
         per_stage = (bm * bk + 2 * bk * bn) * elem
         extra = bm * bk * elem if x.dtype == torch.float32 else 0

@@ -309,16 +309,19 @@ def _tma_ok(t):
             and (t.stride(0) * t.element_size()) % 16 == 0 and min(t.shape) > 0)
 
 
-def _descriptors(a, b, c, bm, bn, bk):
-    """(a, b, c) tensor descriptors, b's over b.T when b is a transposed weight; None: no TMA here."""
+def _b_nk(a, b, c):
+    """How the descriptor kernels read b: False for b's own [K, N] rows, True for b.T's [N, K] rows (b is a
+    transposed nn.Linear weight); None where a, c or both forms of b cannot be read through a descriptor."""
     if not (_tma_ok(a) and _tma_ok(c)):
         return None
     if _tma_ok(b):
-        b_desc = TensorDescriptor.from_tensor(b, [bk, bn])
-    elif _tma_ok(b.T):
-        b_desc = TensorDescriptor.from_tensor(b.T, [bn, bk])
-    else:
-        return None
+        return False
+    return True if _tma_ok(b.T) else None
+
+
+def _descriptors(a, b, c, bm, bn, bk, b_nk):
+    """(a, b, c) tensor descriptors, b's over b.T when b_nk."""
+    b_desc = TensorDescriptor.from_tensor(b.T, [bn, bk]) if b_nk else TensorDescriptor.from_tensor(b, [bk, bn])
     return TensorDescriptor.from_tensor(a, [bm, bk]), b_desc, TensorDescriptor.from_tensor(c, [bm, bn])
 
 
@@ -348,11 +351,11 @@ def _gluon_stage_count(cfg: dict, elem: int, smem: int) -> int:
     return stages if stages >= 2 else 0
 
 
-def _gluon_launch(a, b, c, cfg, n_sms, smem) -> bool:
+def _gluon_launch(a, b, c, cfg, n_sms, smem, b_nk) -> bool:
     """VARIANT "gluon" where it can run (an sm_90 CUDA GPU: wgmma; ROCm's gfx9 also reports 9.x; 16-bit tensors
-    a descriptor can address), launched and True; else False (the caller takes the "tma" rule)."""
-    if (a.device.type != "cuda" or torch.version.hip is not None or torch.cuda.get_device_capability(a.device)[0] != 9
-            or a.element_size() != 2 or not (_tma_ok(a) and _tma_ok(c)) or not (_tma_ok(b) or _tma_ok(b.T))):
+    a descriptor can address: b_nk not None), launched and True; else False (the caller takes the "tma" rule)."""
+    if (b_nk is None or a.element_size() != 2 or a.device.type != "cuda" or torch.version.hip is not None
+            or torch.cuda.get_device_capability(a.device)[0] != 9):
         return False
     stages = _gluon_stage_count(cfg, 2, smem)
     if not stages:
@@ -360,7 +363,6 @@ def _gluon_launch(a, b, c, cfg, n_sms, smem) -> bool:
     M, K = a.shape
     N = b.shape[1]
     bm, bn, bk = cfg["BLOCK_M"], cfg["GL_BLOCK_N"], cfg["BLOCK_K"]
-    b_nk = not _tma_ok(b)
     gl_dtype = gl.bfloat16 if a.dtype == torch.bfloat16 else gl.float16
     # c moves in 64-row halves, one a consumer warpgroup.
     operands = ((a, [bm, bk]), (b.T, [bn, bk]) if b_nk else (b, [bk, bn]), (c, [bm // 2, bn]))
@@ -395,10 +397,21 @@ def _pipeline(cfg, dtype, elem, smem):
 
 
 def _launch(a, b, c, cfg):
+    variant = cfg["VARIANT"]
+    if variant not in SEARCH_SPACE["VARIANT"]:
+        raise ValueError(f"matmul CONFIG VARIANT must be one of {SEARCH_SPACE['VARIANT']}, got {variant!r}: "
+                         "pick one of those")
     M, K = a.shape
     N = b.shape[1]
-    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     n_sms, smem = _device_facts(a.device)
+    # fp32 keeps the pointer path: its tf32x3 a-copy plus a 128x256 fp32 c tile (128 KB) leave room for one
+    # pipeline stage, and only the 16-bit tensor-core path was measured on the H200.
+    b_nk = _b_nk(a, b, c) if variant in ("gluon", "tma", "tma_persistent") and a.element_size() == 2 else None
+    if variant == "gluon":
+        if _gluon_launch(a, b, c, cfg, n_sms, smem, b_nk):
+            return
+        variant = "tma"
+    bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     bk, stages = _pipeline(cfg, a.dtype, a.element_size(), smem)
     args = (a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride())
     meta = dict(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, GROUP_M=cfg["GROUP_M"], EVEN_K=K % bk == 0,
@@ -406,21 +419,10 @@ def _launch(a, b, c, cfg):
                 PRECISION=cfg["FP32_DOT"] if a.dtype == torch.float32 else "tf32",  # tf32: the default
                 num_stages=stages, num_warps=cfg["num_warps"])
     n_tiles = triton.cdiv(M, bm) * triton.cdiv(N, bn)
-    variant = cfg["VARIANT"]
-    if variant not in SEARCH_SPACE["VARIANT"]:
-        raise ValueError(f"matmul CONFIG VARIANT must be one of {SEARCH_SPACE['VARIANT']}, got {variant!r}: "
-                         "pick one of those")
-    if variant == "gluon":
-        if _gluon_launch(a, b, c, cfg, n_sms, smem):
-            return
-        variant = "tma"
     if variant.startswith("tma"):
-        # fp32 keeps the pointer path: its tf32x3 a-copy plus a 128x256 fp32 c tile (128 KB) leave room
-        # for one pipeline stage, and only the 16-bit tensor-core path was measured on the H200.
-        descs = _descriptors(a, b, c, bm, bn, bk) if a.element_size() == 2 else None
-        if descs is not None:
+        if b_nk is not None:
+            descs = _descriptors(a, b, c, bm, bn, bk, b_nk)
             tma_meta = {k: v for k, v in meta.items() if k != "EVEN_K"}
-            b_nk = descs[1].base is not b
             c_args = (c, *c.stride(), M, N, K)
             if variant == "tma_persistent":
                 programs = min(n_sms, n_tiles)

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_triton_starters import HOPPER, _inputs, _module, run_with_spies
+from test_triton_starters import HOPPER, _inputs, _module, launch_counts, run_with_spies
 
 from autokernel_ci.specs import get_spec
 
@@ -26,6 +26,12 @@ def _spec_cases(kernel_type: str, dtype, *sets: str, seed: int = 7) -> list[tupl
     return [_inputs(kernel_type, shape, dtype, seed=seed) for shape in get_spec(kernel_type).shapes(*sets)]
 
 
+def _weight_case(shape: dict, dtype, seed: int) -> tuple:
+    """a and b = weight.T for an nn.Linear weight [N, K]: b itself has no contiguous rows, b.T does."""
+    a, b = _inputs("matmul", shape, dtype, seed=seed)
+    return a, b.T.contiguous().T
+
+
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
 @pytest.mark.parametrize("config", [{"VARIANT": "tma"},
                                     {"VARIANT": "tma_persistent", "FLATTEN": True, "num_stages": 4},
@@ -33,29 +39,12 @@ def _spec_cases(kernel_type: str, dtype, *sets: str, seed: int = 7) -> list[tupl
                                     {"VARIANT": "tma", "TMA_STORE": False, "num_stages": 4}],
                          ids=["tma", "tma_persistent_flatten", "tma_persistent_small", "tma_register_store"])
 def test_matmul_descriptor_variants(config: dict, dtype) -> None:
-    cases = _spec_cases("matmul", dtype, "cpu", "edge")
-    a, b = _inputs("matmul", {"M": 48, "K": 64, "N": 40}, dtype, seed=8)
-    weight = b.T.contiguous()  # nn.Linear stores [N, K]: the model hands the kernel weight.T
-    cases.append((a, weight.T))
+    cases = _spec_cases("matmul", dtype, "cpu", "edge") + [_weight_case({"M": 48, "K": 64, "N": 40}, dtype, 8)]
     launches = _run_with_spy("matmul", config, ("_matmul_tma", "_matmul_tma_persistent"), cases, dtype)
     # 64x96x80 and 48x64x40 have 16-byte rows everywhere: both reach the descriptor kernel, one of
     # them through b's transpose (B_NK); the odd widths (N=17, 31, 13, 1) fall back.
     assert len(launches) == 2, launches
     assert sorted(launch["B_NK"] for launch in launches) == [False, True]
-
-
-MATMUL_KERNELS = ("_matmul_gluon", "_matmul_tma", "_matmul_tma_persistent", "_matmul_tiled", "_matmul_persistent")
-
-
-def _matmul_launches(config: dict, cases: list[tuple], dtype) -> dict[str, int]:
-    launches = run_with_spies("matmul", config, MATMUL_KERNELS, cases, dtype)
-    return {name: len(calls) for name, calls in launches.items() if calls}
-
-
-def _weight_case(shape: dict, dtype, seed: int) -> tuple:
-    """a and b = weight.T for an nn.Linear weight [N, K]: b itself has no contiguous rows, b.T does."""
-    a, b = _inputs("matmul", shape, dtype, seed=seed)
-    return a, b.T.contiguous().T
 
 
 @pytest.mark.skipif(HOPPER, reason="the CPU's and non-sm_90 GPUs' rule; sm_90 runs the Gluon kernel (below)")
@@ -64,27 +53,7 @@ def test_matmul_gluon_variant_falls_back_off_hopper(dtype) -> None:
     """Where wgmma is missing, VARIANT "gluon" takes the "tma" rule: the descriptor kernel where the rows are
     16-byte aligned (64x96x80, and a weight's transpose), the tiled pointer kernel where not (the odd widths)."""
     cases = _spec_cases("matmul", dtype, "cpu", "edge") + [_weight_case({"M": 48, "K": 64, "N": 40}, dtype, 8)]
-    assert _matmul_launches({"VARIANT": "gluon"}, cases, dtype) == {"_matmul_tma": 2, "_matmul_tiled": 4}
-
-
-@pytest.mark.parametrize(("config", "elem", "smem", "stages"), [
-    ({}, 2, 232448, 3),  # 3 x 48 KB + the 64 KB c tile: 212,992 B of 232,448
-    ({"GL_STAGES": 5}, 2, 232448, 3),  # a fourth stage does not fit
-    ({"GL_STAGES": 2}, 2, 232448, 2),
-    ({"GL_BLOCK_N": 128, "GL_STAGES": 5}, 2, 232448, 5),  # 5 x 32 KB + 32 KB
-    ({}, 2, 101376, 0),  # a 99 KB GPU: the c tile and one stage only, which would hang
-    ({"GL_BLOCK_N": 128}, 2, 101376, 2),
-    ({"BLOCK_M": 64}, 2, 232448, 0),  # the kernel's two warpgroups take 64 rows each
-    ({"GL_BLOCK_N": 512}, 2, 232448, 0),  # wider than any wgmma
-], ids=["default", "capped", "two", "128-wide", "small-smem", "small-smem-128", "bm64", "bn512"])
-def test_matmul_gluon_stage_count(config: dict, elem: int, smem: int, stages: int) -> None:
-    module = _module("matmul")
-    assert module._gluon_stage_count({**module.CONFIG, **config}, elem, smem) == stages
-
-
-def test_matmul_unknown_variant_is_named() -> None:
-    with pytest.raises(ValueError, match=r"VARIANT must be one of .*got 'wgmma'"):
-        _matmul_launches({"VARIANT": "wgmma"}, _spec_cases("matmul", torch.float16, "cpu")[:1], torch.float16)
+    assert launch_counts("matmul", {"VARIANT": "gluon"}, cases, dtype) == {"_matmul_tma": 2, "_matmul_tiled": 4}
 
 
 @pytest.mark.skipif(not HOPPER, reason="VARIANT gluon runs on sm_90 GPUs only (compiled for sm_90 on the CPU)")
@@ -105,7 +74,7 @@ def test_matmul_unknown_variant_is_named() -> None:
 def test_matmul_gluon_on_hopper(shape: dict, weight: bool, config: dict, kernel: str, dtype) -> None:
     """VARIANT gluon against the reference, and the kernel that ran is the one the launcher's rule picks."""
     cases = [_weight_case(shape, dtype, 12) if weight else _inputs("matmul", shape, dtype, seed=12)]
-    assert _matmul_launches({"VARIANT": "gluon", **config}, cases, dtype) == {kernel: 1}
+    assert launch_counts("matmul", {"VARIANT": "gluon", **config}, cases, dtype) == {kernel: 1}
 
 
 @pytest.mark.skipif(not HOPPER, reason="the sm_90 rule")
@@ -114,9 +83,10 @@ def test_matmul_gluon_spec_sets_on_hopper() -> None:
     allow descriptors (64x96x80, GPT-2, both LLaMA-7B shapes), the tiled kernel for the odd widths; fp32 on the
     tiled kernel."""
     cases = _spec_cases("matmul", torch.bfloat16, "cpu", "edge", "odd", "gpt2", "llama7b")
-    assert _matmul_launches({"VARIANT": "gluon"}, cases, torch.bfloat16) == {"_matmul_gluon": 4, "_matmul_tiled": 6}
+    launches = launch_counts("matmul", {"VARIANT": "gluon"}, cases, torch.bfloat16)
+    assert launches == {"_matmul_gluon": 4, "_matmul_tiled": 6}
     cases = _spec_cases("matmul", torch.float32, "cpu", "odd")
-    assert _matmul_launches({"VARIANT": "gluon"}, cases, torch.float32) == {"_matmul_tiled": 4}
+    assert launch_counts("matmul", {"VARIANT": "gluon"}, cases, torch.float32) == {"_matmul_tiled": 4}
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
@@ -126,41 +96,45 @@ def test_fused_mlp_descriptor_variant(dtype) -> None:
     assert launches, "no shape reached the tensor-descriptor kernel"
 
 
-MLP_KERNELS = ("_gate_up_gluon", "_gate_up_tma", "_gate_up_kernel")
-
-
-def _mlp_launches(config: dict, cases: list[tuple], dtype) -> dict[str, int]:
-    return {name: len(calls) for name, calls in run_with_spies("fused_mlp", config, MLP_KERNELS, cases, dtype).items()}
-
-
 @pytest.mark.skipif(HOPPER, reason="the CPU's and non-sm_90 GPUs' rule; sm_90 runs the Gluon kernel (below)")
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
 def test_fused_mlp_gluon_variant_falls_back_off_hopper(dtype) -> None:
     """Where wgmma is missing, VARIANT "gluon" takes the tma rule: the descriptor kernel where the rows are
     16-byte aligned, the pointer kernel where not (F = 5: h's 10-byte rows)."""
     cases = _spec_cases("fused_mlp", dtype, "cpu", "edge")
-    launches = _mlp_launches({"VARIANT": "gluon"}, cases, dtype)
-    assert launches == {"_gate_up_gluon": 0, "_gate_up_tma": 3, "_gate_up_kernel": 1}
+    assert launch_counts("fused_mlp", {"VARIANT": "gluon"}, cases, dtype) == {"_gate_up_tma": 3, "_gate_up_kernel": 1}
 
 
-@pytest.mark.parametrize(("config", "elem", "smem", "stages"), [
-    ({}, 2, 232448, 4),  # 4 x 48 KB + the 32 KB h tile: 229,376 B of 232,448
-    ({"GL_STAGES": 6}, 2, 232448, 4),  # a fifth stage does not fit
-    ({"GL_STAGES": 3}, 2, 232448, 3),
-    ({"GL_BLOCK_N": 64}, 2, 232448, 4),
-    ({}, 2, 101376, 0),  # a 99 KB GPU: one stage only, which would hang
-    ({"GL_BLOCK_N": 64}, 2, 101376, 2),
-    ({"BLOCK_M": 64}, 2, 232448, 0),  # the kernel's two warpgroups take 64 rows each
-    ({"GL_BLOCK_N": 256}, 2, 232448, 0),  # a 512-wide wgmma does not exist
-], ids=["default", "capped", "three", "64-wide", "small-smem", "small-smem-64", "bm64", "bn256"])
-def test_fused_mlp_gluon_stage_count(config: dict, elem: int, smem: int, stages: int) -> None:
-    module = _module("fused_mlp")
-    assert module._gluon_stage_count({**module.CONFIG, **config}, elem, smem) == stages
+@pytest.mark.parametrize(("kernel_type", "config", "smem", "stages"), [
+    ("matmul", {}, 232448, 3),  # 3 x 48 KB + the 64 KB c tile: 212,992 B of 232,448
+    ("matmul", {"GL_STAGES": 5}, 232448, 3),  # a fourth stage does not fit
+    ("matmul", {"GL_STAGES": 2}, 232448, 2),
+    ("matmul", {"GL_BLOCK_N": 128, "GL_STAGES": 5}, 232448, 5),  # 5 x 32 KB + 32 KB
+    ("matmul", {}, 101376, 0),  # a 99 KB GPU: the c tile and one stage only, which would hang
+    ("matmul", {"GL_BLOCK_N": 128}, 101376, 2),
+    ("matmul", {"GL_BLOCK_N": 512}, 232448, 0),  # wider than any wgmma
+    ("fused_mlp", {}, 232448, 4),  # 4 x 48 KB + the 32 KB h tile: 229,376 B of 232,448
+    ("fused_mlp", {"GL_STAGES": 6}, 232448, 4),  # a fifth stage does not fit
+    ("fused_mlp", {"GL_STAGES": 3}, 232448, 3),
+    ("fused_mlp", {"GL_BLOCK_N": 64}, 232448, 4),
+    ("fused_mlp", {}, 101376, 0),  # a 99 KB GPU: one stage only, which would hang
+    ("fused_mlp", {"GL_BLOCK_N": 64}, 101376, 2),
+    ("fused_mlp", {"GL_BLOCK_N": 256}, 232448, 0),  # gate and up side by side: a 512-wide wgmma does not exist
+    *[(kernel_type, {"BLOCK_M": 64}, 232448, 0) for kernel_type in ("matmul", "fused_mlp")],  # two warpgroups of 64
+], ids=["mm-default", "mm-capped", "mm-two", "mm-128-wide", "mm-small-smem", "mm-small-smem-128", "mm-bn512",
+        "mlp-default", "mlp-capped", "mlp-three", "mlp-64-wide", "mlp-small-smem", "mlp-small-smem-64", "mlp-bn256",
+        "mm-bm64", "mlp-bm64"])
+def test_gluon_stage_count(kernel_type: str, config: dict, smem: int, stages: int) -> None:
+    """The ring depth the launcher gives a Gluon GEMM (16-bit elements) for a CONFIG and a shared-memory size."""
+    module = _module(kernel_type)
+    assert module._gluon_stage_count({**module.CONFIG, **config}, 2, smem) == stages
 
 
-def test_fused_mlp_unknown_variant_is_named() -> None:
+@pytest.mark.parametrize("kernel_type", ["matmul", "fused_mlp"])
+def test_unknown_variant_is_named(kernel_type: str) -> None:
     with pytest.raises(ValueError, match=r"VARIANT must be one of .*got 'wgmma'"):
-        _mlp_launches({"VARIANT": "wgmma"}, _spec_cases("fused_mlp", torch.float16, "cpu")[:1], torch.float16)
+        launch_counts(kernel_type, {"VARIANT": "wgmma"}, _spec_cases(kernel_type, torch.float16, "cpu")[:1],
+                      torch.float16)
 
 
 @pytest.mark.skipif(not HOPPER, reason="VARIANT gluon runs on sm_90 GPUs only (compiled for sm_90 on the CPU)")
@@ -178,8 +152,7 @@ def test_fused_mlp_unknown_variant_is_named() -> None:
 def test_fused_mlp_gluon_on_hopper(shape: dict, config: dict, kernel: str, dtype) -> None:
     """VARIANT gluon against the reference, and the kernel that ran is the one the launcher's rule picks."""
     cases = [_inputs("fused_mlp", shape, dtype, seed=11)]
-    launches = _mlp_launches({"VARIANT": "gluon", **config}, cases, dtype)
-    assert launches == {name: int(name == kernel) for name in MLP_KERNELS}
+    assert launch_counts("fused_mlp", {"VARIANT": "gluon", **config}, cases, dtype) == {kernel: 1}
 
 
 @pytest.mark.skipif(not HOPPER, reason="the sm_90 rule")
@@ -187,9 +160,9 @@ def test_fused_mlp_gluon_spec_sets_on_hopper() -> None:
     """Every spec shape set in bf16 through the default CONFIG (LLaMA-7B included): the Gluon kernel wherever
     the rows allow descriptors (all but edge's F = 5), fp32 on the pointer kernel."""
     cases = _spec_cases("fused_mlp", torch.bfloat16, "cpu", "edge", "odd", "gpt2", "llama7b")
-    assert _mlp_launches({}, cases, torch.bfloat16) == {"_gate_up_gluon": 6, "_gate_up_tma": 0, "_gate_up_kernel": 1}
+    assert launch_counts("fused_mlp", {}, cases, torch.bfloat16) == {"_gate_up_gluon": 6, "_gate_up_kernel": 1}
     cases = _spec_cases("fused_mlp", torch.float32, "cpu", "odd")
-    assert _mlp_launches({}, cases, torch.float32) == {"_gate_up_gluon": 0, "_gate_up_tma": 0, "_gate_up_kernel": 3}
+    assert launch_counts("fused_mlp", {}, cases, torch.float32) == {"_gate_up_kernel": 3}
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
