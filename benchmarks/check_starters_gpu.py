@@ -20,6 +20,7 @@ from __future__ import annotations
 import argparse
 import importlib.util
 import json
+import statistics
 import sys
 import time
 import traceback
@@ -63,6 +64,9 @@ class Timing:
     speedup_vs_eager: float | None = None
     speedup_vs_compile: float | None = None
     copy_us: float | None = None  # GB/s types: a device-to-device copy moving the same bytes (read + write)
+    # --repeats R > 1: ours, eager and compile are timed in turn R times (the times above are the medians); the
+    # lowest and highest x eager of a single round, so a ratio can be told from the spread between rounds
+    eager_ratio_range: tuple[float, float] | None = None
     error: str = ""
 
 
@@ -154,6 +158,7 @@ class Baselines:
         self._compiled: dict[str, Callable] = {}
         self._cache: dict[tuple[str, str, str], tuple[float | None, float | None]] = {}
         self._copies: dict[tuple[str, int], float] = {}
+        self._failed_compiles: set[str] = set()
 
     def copy_us(self, nbytes: int, device: str, warmup: int, rep: int) -> float:
         """A plain copy of nbytes / 2 bytes (nbytes read + written): the bandwidth a kernel moving nbytes can reach at
@@ -170,24 +175,47 @@ class Baselines:
     def eager(self, kernel_type: str) -> Callable:
         return get_spec(kernel_type).eager_fn()  # the eager code a user runs today (KernelSpec.eager)
 
+    def measure(self, kernel_type: str, label: str, inputs: tuple, warmup: int,
+                rep: int) -> tuple[float | None, float | None]:
+        """(eager us, torch.compile us or None), timed now."""
+        eager = self.eager(kernel_type)
+        eager_us = _bench(lambda: eager(*inputs), warmup, rep)
+        compile_us = None
+        if self.use_compile and kernel_type not in self._failed_compiles:
+            if kernel_type not in self._compiled:
+                self._compiled[kernel_type] = torch.compile(eager)
+            compiled = self._compiled[kernel_type]
+            try:
+                compiled(*inputs)  # compile outside the timed region
+                compile_us = _bench(lambda: compiled(*inputs), warmup, rep)
+            except Exception as exc:
+                self._failed_compiles.add(kernel_type)
+                print(f"    torch.compile baseline failed for {kernel_type} {label}: {_short(exc)}")
+        return eager_us, compile_us
+
     def times(self, kernel_type: str, label: str, dtype: torch.dtype, inputs: tuple, warmup: int,
               rep: int) -> tuple[float | None, float | None]:
+        """measure(), once per (type, shape, dtype): both backends are compared with the same baseline run."""
         key = (kernel_type, label, str(dtype))
         if key not in self._cache:
-            eager = self.eager(kernel_type)
-            eager_us = _bench(lambda: eager(*inputs), warmup, rep)
-            compile_us = None
-            if self.use_compile:
-                if kernel_type not in self._compiled:
-                    self._compiled[kernel_type] = torch.compile(eager)
-                compiled = self._compiled[kernel_type]
-                try:
-                    compiled(*inputs)  # compile outside the timed region
-                    compile_us = _bench(lambda: compiled(*inputs), warmup, rep)
-                except Exception as exc:
-                    print(f"    torch.compile baseline failed for {kernel_type} {label}: {_short(exc)}")
-            self._cache[key] = (eager_us, compile_us)
+            self._cache[key] = self.measure(kernel_type, label, inputs, warmup, rep)
         return self._cache[key]
+
+
+def _alternate(t: Timing, module, kernel_type: str, label: str, inputs: tuple, baselines: Baselines, args) -> None:
+    """Ours, eager and compile in turn, args.repeats rounds: medians into t, and the range of a round's x eager (a
+    GPU's clock and temperature drift between rounds by more than two kernels at par differ)."""
+    ours, eager, compiled = [], [], []
+    for _ in range(args.repeats):
+        ours.append(_bench(lambda: module.kernel_fn(*inputs), args.warmup, args.rep))
+        e, c = baselines.measure(kernel_type, label, inputs, args.warmup, args.rep)
+        eager.append(e)
+        if c is not None:
+            compiled.append(c)
+    t.ours_us, t.eager_us = statistics.median(ours), statistics.median(eager)
+    t.compile_us = statistics.median(compiled) if compiled else None
+    ratios = [e / o for e, o in zip(eager, ours, strict=True)]
+    t.eager_ratio_range = (min(ratios), max(ratios))
 
 
 def time_model_shapes(module, kernel_type: str, dtype: torch.dtype, baselines: Baselines, args) -> list[Timing]:
@@ -199,7 +227,11 @@ def time_model_shapes(module, kernel_type: str, dtype: torch.dtype, baselines: B
         try:
             gen = torch.Generator(device=args.device).manual_seed(args.seed)
             inputs = spec.make_inputs(dict(shape), dtype, args.device, gen)
-            t.ours_us = _bench(lambda: module.kernel_fn(*inputs), args.warmup, args.rep)  # noqa: B023
+            if args.repeats > 1:
+                _alternate(t, module, kernel_type, label, inputs, baselines, args)
+            else:
+                t.ours_us = _bench(lambda: module.kernel_fn(*inputs), args.warmup, args.rep)  # noqa: B023
+                t.eager_us, t.compile_us = baselines.times(kernel_type, label, dtype, inputs, args.warmup, args.rep)
             if spec.primary_metric == "TFLOP/s":
                 t.value = spec.flops(shape) / (t.ours_us * 1e-6) / 1e12
                 t.pct_of_ceiling = 100.0 * t.value / args.peak_tflops
@@ -207,7 +239,6 @@ def time_model_shapes(module, kernel_type: str, dtype: torch.dtype, baselines: B
                 t.value = spec.bytes_moved(shape, dtype) / (t.ours_us * 1e-6) / 1e9
                 t.pct_of_ceiling = 100.0 * t.value / args.copy_gbps
                 t.copy_us = baselines.copy_us(spec.bytes_moved(shape, dtype), args.device, args.warmup, args.rep)
-            t.eager_us, t.compile_us = baselines.times(kernel_type, label, dtype, inputs, args.warmup, args.rep)
             if t.eager_us:
                 t.speedup_vs_eager = t.eager_us / t.ours_us
             if t.compile_us:
@@ -246,8 +277,10 @@ def render_markdown(reports: list[Report], args, gpu: str) -> str:
         f"# Starter kernels on {gpu}",
         "",
         f"Timing: {args.dtype}, {args.time_set} shapes, triton.testing.do_bench median (L2 flushed), "
-        f"warmup {args.warmup} ms, rep {args.rep} ms. "
-        f"Ceilings (measured, not the datasheet): copy {args.copy_gbps:g} GB/s, cuBLAS-class GEMM "
+        f"warmup {args.warmup} ms, rep {args.rep} ms"
+        + (f", ours / eager / compile timed in turn {args.repeats} times (medians; x eager's range over the "
+           "rounds in brackets). " if args.repeats > 1 else ". ")
+        + f"Ceilings (measured, not the datasheet): copy {args.copy_gbps:g} GB/s, cuBLAS-class GEMM "
         f"{args.peak_tflops:g} TFLOP/s, so a GEMM above 100% beats that figure. Same-bytes copy: a device copy "
         "moving the bytes the spec counts for that shape (read + write), timed the same way.",
         "",
@@ -260,10 +293,11 @@ def render_markdown(reports: list[Report], args, gpu: str) -> str:
         if r.error:
             lines.append(f"| {r.kernel_type} | {r.backend} | - | - | - | - | - | - | - | - | - | ERROR {r.error} |")
         for t in r.timings:
+            spread = "" if t.eager_ratio_range is None else " ({:.2f}-{:.2f})".format(*t.eager_ratio_range)
             value = f"{_fmt(t.value)} {t.metric}" if t.value is not None else (f"ERROR {t.error}" if t.error else "-")
             lines.append(
                 f"| {r.kernel_type} | {r.backend} | {t.shape} | {_fmt(t.ours_us)} | {value} | {_fmt(t.pct_of_ceiling)} "
-                f"| {_fmt(t.eager_us)} | {_fmt(t.compile_us)} | {_fmt(t.speedup_vs_eager, '.2f')} "
+                f"| {_fmt(t.eager_us)} | {_fmt(t.compile_us)} | {_fmt(t.speedup_vs_eager, '.2f')}{spread} "
                 f"| {_fmt(t.speedup_vs_compile, '.2f')} | {_fmt(t.copy_us)} | {checks} |"
             )
     failures = [(r, c) for r in reports for c in r.failed_checks]
@@ -287,6 +321,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile baseline")
     p.add_argument("--warmup", type=int, default=25, help="do_bench warmup, ms")
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
+    p.add_argument("--repeats", type=int, default=1, help="time ours, eager and compile in turn this many times "
+                   "(medians and x eager's range); 1: ours once, the baselines once per type and shape")
     p.add_argument("--copy-gbps", type=float, default=COPY_GBPS, help="bandwidth ceiling for GB/s types")
     p.add_argument("--peak-tflops", type=float, default=PEAK_TFLOPS, help="compute ceiling for TFLOP/s types")
     p.add_argument("--seed", type=int, default=0)
@@ -348,6 +384,7 @@ def main(argv: list[str] | None = None) -> int:
         "dtype": args.dtype,
         "warmup_ms": args.warmup,
         "rep_ms": args.rep,
+        "repeats": args.repeats,
         "copy_gbps": args.copy_gbps,
         "peak_tflops": args.peak_tflops,
         "seconds": time.perf_counter() - began,

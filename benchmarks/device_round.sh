@@ -58,6 +58,12 @@
 #   gluon_mlp: the fused MLP's warp-specialised Gluon gate/up kernel checked on every set + timed (bf16, fp16).
 #   ncu_flash_nc: ncu of not-causal attention: SDPA, Gluon, the CUDA default and its Gluon-like schedule.
 #   flash_table: the attention rows of the starter table for the committed Gluon kernel.
+#   persist: the CUDA attention's persistent walk (WG_PERSISTENT): GPU tests, `verify`, checked + timed.
+#   unmasked: its loop without the causal mask's selects, timed against 8b6b3dc's file (carry benchmarks/variants/base).
+#   final13: the CUDA attention's new default: GPU tests, `verify`, bf16 / fp16 timed against 8b6b3dc's file, the
+#          GEMM + attention rows of the starter table with the baselines timed in turn (--repeats 3), ncu not causal.
+#   pin13: WG_PIN 1 on the CUDA attention's new loop, three alternating pairs a dtype.
+#   table13: every starter (both backends) timed with ours / eager / compile in turn three times.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
 #   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
@@ -431,6 +437,47 @@ case "${1:-check}" in
       --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum,lts__t_sector_hit_rate.pct \
       python3 benchmarks/ncu_kernels.py flash_attention --index 1 --backends triton,cuda \
       --config '{"WG_PIPELINE": 1, "WG_PIN": 1}'
+    ;;
+  persist)  # the CUDA attention's persistent walk (WG_PERSISTENT): its GPU tests (256 tiles on 132 SMs) and the CUDA
+    # attention's, `verify` of the file, the walk checked on every set in bf16 and timed alternating with the default
+    kernel_checks cuda_flash kernels/cuda/flash_attention.py "persistent or (gpu and (flash or stress))" \
+      tests/test_nvrtc.py tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py
+    step 200 variants_persist python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_persistent.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/persist"
+    ;;
+  unmasked)  # the CUDA attention's loop without the causal mask's selects (unmasked loop + masked loop) and
+    # descriptors built by offset: GPU tests, `verify`, checked on every set and timed against the file of 8b6b3dc
+    # (carried in benchmarks/variants/base/, see variants_gpu.py) with and without the persistent walk
+    kernel_checks cuda_flash kernels/cuda/flash_attention.py "persistent or (gpu and (flash or stress))" \
+      tests/test_nvrtc.py tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py
+    step 240 variants_unmasked python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_unmasked.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/unmasked"
+    ;;
+  final13)  # the CUDA attention's new default (unmasked loop, WG_PERSISTENT 1): GPU tests, `verify`, timed against
+    # 8b6b3dc's file and WG_PIN 1 in bf16 and fp16; the GEMM and attention rows of the starter table with ours, eager
+    # and compile timed in turn three times; ncu of the not-causal case (SDPA, Triton, CUDA)
+    kernel_checks cuda_flash kernels/cuda/flash_attention.py "persistent or (gpu and (flash or stress))" \
+      tests/test_nvrtc.py tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py
+    step 150 variants_final13 python3 benchmarks/variants_gpu.py flash_attention --backend cuda \
+      --variants benchmarks/variants/cuda_flash_final13.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/final13"
+    step 120 variants_final13_fp16 python3 benchmarks/variants_gpu.py flash_attention --backend cuda --dtype fp16 \
+      --variants benchmarks/variants/cuda_flash_final13.json --sets cpu,llama7b --out "$out/final13_fp16"
+    step 200 starters_repeats python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+      --types matmul,fused_mlp,flash_attention --backends triton,cuda --out "$out/table"
+    step 90 ncu_flash_nc ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+      --section WarpStateStats --section InstructionStats --section LaunchStats --section Occupancy \
+      --metrics sm__pipe_tensor_op_gmma_cycles_active.avg.pct_of_peak_sustained_active,smsp__inst_executed.sum \
+      python3 benchmarks/ncu_kernels.py flash_attention --index 1 --backends triton,cuda
+    ;;
+  pin13)  # WG_PIN 1 on the unmasked loop: three alternating pairs with the default, bf16 and fp16
+    for dtype in bf16 fp16; do
+      step 150 "variants_pin_$dtype" python3 benchmarks/variants_gpu.py flash_attention --backend cuda --dtype "$dtype" \
+        --variants benchmarks/variants/cuda_flash_pin.json --sets cpu,llama7b --out "$out/pin_$dtype"
+    done
+    ;;
+  table13)  # every starter (both backends) at the LLaMA-7B shapes, ours / eager / torch.compile timed in turn three
+    # times (medians, x eager's range), with the same-bytes copy for the memory-bound types
+    step 420 starters_all python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --out "$out/table"
     ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)

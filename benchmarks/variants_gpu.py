@@ -6,6 +6,10 @@ For each point of a variants file (benchmarks/variants/<type>.json: a list of CO
 --sets shape sets in --dtype, then timed at the --time-set shapes with triton.testing.do_bench
 (median, L2 flushed) next to PyTorch eager. A point that fails to compile or is wrong is recorded as
 such and the run goes on. Prints a table sorted by speed per shape and writes variants_<type>.json.
+A point with the key "_file" (a path from the repository root) runs on that kernel file instead of
+the starter: an earlier version next to the current one, alternating in one process, e.g.
+`git show HEAD:kernels/cuda/flash_attention.py > benchmarks/variants/base/cuda_flash_attention_HEAD.py`
+(benchmarks/variants/base/ is git-ignored: pass it to the device tool's carry).
 
     python benchmarks/variants_gpu.py matmul --out /tmp/v
     python benchmarks/variants_gpu.py matmul --variants benchmarks/variants/matmul.json --backend triton --out /tmp/v
@@ -31,6 +35,8 @@ from autokernel_ci.paths import starter_kernel  # noqa: E402
 from autokernel_ci.specs import get_spec  # noqa: E402
 
 VARIANTS_DIR = Path(__file__).resolve().parent / "variants"
+REPO = VARIANTS_DIR.parents[1]
+FILE_KEY = "_file"  # a point's key naming another kernel file (path from the repository root) to run it on
 
 
 def load_points(path: Path) -> list[dict]:
@@ -44,10 +50,14 @@ def load_points(path: Path) -> list[dict]:
 
 def run_point(kf: kernelfile.KernelFile, overrides: dict, args, baselines: Baselines, workdir: Path) -> dict:
     spec = get_spec(kf.kernel_type)
-    cfg = {**kf.config, **overrides}
     row: dict = {"config": overrides, "checks": "", "times": {}}
     t0 = time.perf_counter()
     try:
+        overrides = dict(overrides)
+        other = overrides.pop(FILE_KEY, None)
+        if other is not None:  # this point runs another version of the kernel file (e.g. the last commit's)
+            kf = kernelfile.load(REPO / other)
+        cfg = {**kf.config, **overrides}
         path = workdir / f"{kf.kernel_type}_{kernelfile.source_hash(kf.with_config(cfg).source)}.py"
         path.write_text(kf.with_config(cfg).source)
         module = _import(path)

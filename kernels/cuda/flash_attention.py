@@ -59,17 +59,34 @@ BACKEND = "cuda"
 # 534.9-545.5 / 972.0-981.0 / 543.1-547.4 us against 521.5-523.0 / 937.6-938.4 / 520.5-524.4 us for one shared loop
 # (-2 to -5%: the two loops' code takes turns on the same SM); with WG_PIPELINE 1 + WG_PIN 1 546.0 / 962.1 / 539.6 us
 # against 573.1 / 1,024.4 / 565.3 (+5-6%), still behind the default. So 1.
+# WG_PERSISTENT: 1 runs not-causal calls on one block an SM (a 1-d grid of min(tiles, SMs)) that walks the (query
+# block, batch x head) tiles in strides of the grid, query blocks fastest (a wave shares a few heads' K/V in L2); its
+# K/V ring runs on from one tile to the next and the next tile's Q is loaded as soon as both consumers' last
+# S = Q K^T of this tile is done, so the next tile's copies overlap this one's last P V and its stores (cuDNN's
+# not-causal kernel is persistent: 132 blocks). Causal tiles differ in length (1..S/128 key blocks), so a static
+# walk would leave blocks idle at the end: 1 keeps one block a tile (the other build) for them; 2 walks causal calls
+# too. 0: one block a tile (a 2-d grid). H200, bf16, 2x32x4096x128, alternating in one process (rounds `persist`,
+# `unmasked`, `final13`): not causal 909.6 / 914.8 us with the walk against 916.6 / 922.0 us without (with the
+# unmasked loop below; 934-944 against 955-962 us before it); causal 531.8 / 532.1 us walking against 524.0 / 530.5,
+# GQA 530.6 / 535.1 against 521.1 / 532.7, so 1. The walk build's tile index divides by the query blocks, which
+# leaves WG_CONSUMER_COPIES 2's descriptors in vector registers there.
+# The pipelined consumer runs its loop twice, over the blocks no causal mask touches, then over the diagonal's
+# (fa3::consume): a run-time mask test in one loop became 130 selects and compares in each block's 672 SASS
+# instructions (519 without). bf16 against the file before (8b6b3dc), alternating: not causal 913.8-940.6 us ->
+# 894.9-922.0 us (+2-3%), causal and GQA +0-2%; fp16 not causal 964.5 / 967.1 -> 939.9 / 940.0 us; ncu not causal
+# 813.1 us (890.4 before; cuDNN's SDPA kernel 815.6 us, the Gluon one 834.3 us). WG_PIN 1 on that loop: inside the
+# spread (round `pin13`, three alternating pairs), so still 0.
 CONFIG = {"VARIANT": "wgmma", "WARPS": 4, "BLOCK_N": 64, "MIN_BLOCKS": 3, "WG_BLOCK_N": 128, "WG_STAGES": 3,
-          "WG_PIPELINE": 2, "WG_PIN": 0, "WG_CONSUMER_COPIES": 1}
+          "WG_PIPELINE": 2, "WG_PIN": 0, "WG_CONSUMER_COPIES": 1, "WG_PERSISTENT": 1}
 SEARCH_SPACE = {"VARIANT": ["mma", "wmma", "wgmma"], "WARPS": [2, 4, 8], "BLOCK_N": [32, 64, 128],
                 "MIN_BLOCKS": [1, 2, 3], "WG_BLOCK_N": [64, 128], "WG_STAGES": [2, 3, 4],
-                "WG_PIPELINE": [0, 1, 2], "WG_PIN": [0, 1], "WG_CONSUMER_COPIES": [1, 2]}
+                "WG_PIPELINE": [0, 1, 2], "WG_PIN": [0, 1], "WG_CONSUMER_COPIES": [1, 2], "WG_PERSISTENT": [0, 1, 2]}
 # Knobs that act only under some values of others (the search agent skips moves that rebuild one kernel): the WG_
 # knobs only in the wgmma kernel, WG_PIN only with a pipelined schedule. WARPS / BLOCK_N / MIN_BLOCKS are not scoped:
 # the wgmma variant falls back to the mma kernel off sm_90.
 KNOB_SCOPE = {"WG_BLOCK_N": {"VARIANT": ["wgmma"]}, "WG_STAGES": {"VARIANT": ["wgmma"]},
               "WG_PIPELINE": {"VARIANT": ["wgmma"]}, "WG_PIN": {"VARIANT": ["wgmma"], "WG_PIPELINE": [1, 2]},
-              "WG_CONSUMER_COPIES": {"VARIANT": ["wgmma"]}}
+              "WG_CONSUMER_COPIES": {"VARIANT": ["wgmma"]}, "WG_PERSISTENT": {"VARIANT": ["wgmma"]}}
 
 MAX_GRID_Y = 65535  # CUDA's limit on gridDim.y
 HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-step of m16n8k16), at most 128
@@ -352,12 +369,15 @@ FA2_KERNEL(bf16, __nv_bfloat16)
 //     accumulators, see WgmmaRS in nvrtc.PRELUDE) and B = V from shared memory, N-major (transpose bit).
 // Shared memory (from a 1024-byte aligned base; 128-byte swizzle, each 64-column (128-byte) slice one TMA box):
 //   Q: D/64 boxes of [128 rows][128 B] (16 KiB each); stage s: K at Q_BYTES + 2 s KV_BYTES, V after it, each D/64
-//   boxes of [BN rows][128 B]; then the mbarriers q_full, full[STAGES], empty[STAGES].
+//   boxes of [BN rows][128 B]; then the mbarriers q_full, full[STAGES], empty[STAGES], q_empty.
 // Descriptors (LBO / SBO bytes; the canonical 128B-swizzle layouts, checked on the CPU in test_cuda_flash_layout.py):
 //   Q (A, K-major): wg_desc(Q + (wg - 1) 64 * 128 + (ks / 4) * 16384 + 32 (ks % 4), 16, 1024), k step ks = 0..D/16-1
 //   K (B, K-major): wg_desc(K + (ks / 4) * BN * 128 + 32 (ks % 4), 16, 1024)
 //   V (B, N-major, trans-b 1): k step kk = keys 16 kk..: wg_desc(V + 2048 kk, BN * 128, 1024) -- 16 key rows are
 //     2048 bytes, the 64-column D boxes lie BN * 128 bytes apart (LBO), 8-row groups 1024 apart (SBO).
+// WG_PERSISTENT: a block walks tiles first, first + gridDim.x, ...; the ring's counter and q_full's phase run on
+// across them, and q_empty (one arrival a consumer warp, after its last S = Q K^T of a tile) lets the producer load the
+// next tile's Q after that tile's first ring-full of K/V.
 // Requirements (the launcher checks them, else VARIANT "mma" runs): S % 128 == 0 (no ragged tile: the 2-d tensor maps
 // span all heads, so rows past S would be the next head's), contiguous q, k, v, sm_scale > 0 (the row max is taken
 // on raw scores and scaled once).
@@ -374,14 +394,24 @@ constexpr int KV_BYTES = BN * D * 2;
 constexpr int CONSUMER_WARPS = 8;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
+// The descriptor of a tile `bytes` past d's: its start address field (bits 0-13, address / 16) plus bytes / 16.
+// Shared addresses stay under 228 KiB (address / 16 < 2^14), so the field never carries: one 32-bit add on the low
+// word, where building each descriptor anew (wg_desc) took ~6 uniform instructions a wgmma.
+__device__ __forceinline__ unsigned long long desc_plus(unsigned long long d, unsigned bytes) {
+    return (d & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)d + (bytes >> 4));
+}
+
 // Consumer warpgroup WG_INDEX (1: query rows q0 .. q0 + 63, 2: q0 + 64 .. q0 + 127; 0: read from threadIdx) of the
 // block set up by attention() below: its shared memory (Q at base, the K/V ring at kv0, the mbarriers at bars) and
 // tile.
+// ring: key blocks this block consumed before this tile (the stage of block j is (ring + j) % STAGES and its phase
+// ((ring + j) / STAGES) & 1); tile: tiles done before this one (q_full's phase). Both 0 without WG_PERSISTENT.
 template <int WG_INDEX, typename T>
 __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsigned kv0, unsigned bars, int q0,
-                                        int bh, int seq, int causal, int nblocks, float scale_log2) {
+                                        int bh, int seq, int causal, int nblocks, float scale_log2, int ring,
+                                        int tile) {
     const int wg = WG_INDEX ? WG_INDEX : (int)(threadIdx.x / 128);
-    const unsigned q_full = bars;
+    const unsigned q_full = bars, q_empty = bars + 8 * (1 + 2 * STAGES);
     const int t = threadIdx.x % 128, warp = t / 32, lane = t % 32;
     const int row_base = q0 + (wg - 1) * 64;
     const int r0 = row_base + warp * 16 + (lane >> 2);  // this thread's rows: r0 (h = 0) and r0 + 8 (h = 1)
@@ -392,16 +422,18 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
     for (int i = 0; i < D / 2; ++i) o[i] = 0.f;
     float m_row[2] = {-INFINITY, -INFINITY}, l_row[2] = {0.f, 0.f};  // running max (log2 units), partial sums
     const unsigned q_wg = base + (wg - 1) * 64 * 128;  // this warpgroup's 64 rows inside each Q box
-    mbar_wait(q_full, 0);
+    const unsigned long long dq = wg_desc(q_wg, 16, 1024);
+    mbar_wait(q_full, tile & 1);
 
     // The steps of one key block j (ring stage j % STAGES: K at kv_stage(j), V KV_BYTES after it).
     float sc[BN / 2];       // scores of the block, then its probabilities
     unsigned pa[BN / 16][4];  // P as wgmma A fragments (16-bit pairs)
     float alpha[2];          // the rescale of the running output for this thread's two rows
-    auto kv_stage = [&](int j) { return kv0 + (j % STAGES) * 2 * KV_BYTES; };
+    auto kv_stage = [&](int j) { return kv0 + ((ring + j) % STAGES) * 2 * KV_BYTES; };
+    auto wait_full = [&](int j) { mbar_wait(bars + 8 * (1 + (ring + j) % STAGES), ((ring + j) / STAGES) & 1); };
     auto issue_s = [&](int j) {  // S = Q K_j^T, asynchronous (one committed group)
-        mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
-        const unsigned ks = kv_stage(j);
+        wait_full(j);
+        const unsigned long long dk = wg_desc(kv_stage(j), 16, 1024);
 #if WG_CONSUMER_COPIES == 1
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) sc[i] = 0.f;
@@ -410,16 +442,19 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
         wg_fence();
 #pragma unroll
         for (int kc = 0; kc < D / 16; ++kc) {
-            const unsigned long long da = wg_desc(q_wg + (kc / 4) * Q_CHUNK + 32 * (kc % 4), 16, 1024);
-            const unsigned long long db = wg_desc(ks + (kc / 4) * KV_CHUNK + 32 * (kc % 4), 16, 1024);
+            const unsigned long long da = desc_plus(dq, (kc / 4) * Q_CHUNK + 32 * (kc % 4));
+            const unsigned long long db = desc_plus(dk, (kc / 4) * KV_CHUNK + 32 * (kc % 4));
             Wgmma<T, BN, 0>::run(sc, da, db, WG_CONSUMER_COPIES == 2 ? kc > 0 : 1);
         }
         wg_commit();
     };
-    auto softmax = [&](int j) {  // sc: scores -> probabilities; m_row, l_row, alpha updated
+    // sc: scores -> probabilities; m_row, l_row, alpha updated. mask (a literal at every call, so the inlined code
+    // keeps one branch): 0 no causal mask (the steady loop), 1 the mask (blocks that reach right of this warpgroup's
+    // first row), 2 decided here. A run-time test in the loop becomes selects that ptxas runs on every block (130 of
+    // 672 SASS instructions a block). (No generic lambda: CUDA 13.0's NVRTC takes `auto` parameters for host code.)
+    auto softmax = [&](int j, int mask) {
         const int n0 = j * BN;
-        // Causal mask on blocks that reach right of this warpgroup's first row.
-        if (causal && n0 + BN - 1 > row_base) {
+        if (mask == 1 || (mask == 2 && causal && n0 + BN - 1 > row_base)) {
 #pragma unroll
             for (int i = 0; i < BN / 2; ++i) {
                 const int key = n0 + 8 * (i / 4) + 2 * (lane & 3) + (i & 1);
@@ -461,12 +496,11 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
             for (int e = 0; e < 4; ++e) pa[kk][e] = fa2::Op<T>::pack(sc[8 * kk + 2 * e], sc[8 * kk + 2 * e + 1]);
     };
     auto issue_pv = [&](int j) {  // O += P V_j, asynchronous (one committed group); reads pa until it completes
-        const unsigned vs = kv_stage(j) + KV_BYTES;
+        const unsigned long long dv = wg_desc(kv_stage(j) + KV_BYTES, KV_CHUNK, 1024);
         wg_fence_acc(o);
         wg_fence();
 #pragma unroll
-        for (int kk = 0; kk < BN / 16; ++kk)
-            WgmmaRS<T, D, 1>::run(o, pa[kk], wg_desc(vs + 2048 * kk, KV_CHUNK, 1024), 1);
+        for (int kk = 0; kk < BN / 16; ++kk) WgmmaRS<T, D, 1>::run(o, pa[kk], desc_plus(dv, 2048 * kk), 1);
         wg_commit();
     };
     auto pv_done = [&]() {  // after wg_wait: o may be read, pa rewritten (the asm keeps pa live until here)
@@ -476,9 +510,15 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
 #pragma unroll
             for (int e = 0; e < 4; ++e) asm volatile("" : "+r"(pa[kk][e])::"memory");
     };
-    auto release = [&](int j) {  // this warp no longer reads stage j % STAGES
+    auto release = [&](int j) {  // this warp no longer reads block j's stage
         __syncwarp();
-        if (lane == 0) mbar_arrive(bars + 8 * (1 + STAGES + j % STAGES));
+        if (lane == 0) mbar_arrive(bars + 8 * (1 + STAGES + (ring + j) % STAGES));
+    };
+    // Every S = Q K^T of the tile is complete (Q is read by no wgmma any more): the producer may load the next
+    // tile's Q (WG_PERSISTENT) while this warpgroup finishes its last P V and stores its rows.
+    auto release_q = [&]() {
+        __syncwarp();
+        if (lane == 0) mbar_arrive(q_empty);
     };
 
     // WG_PIPELINE 2, ping-pong: the two consumer warpgroups take turns issuing their tensor-core work (named
@@ -504,16 +544,21 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
     their_turn(false);
     wg_wait<0>();
     wg_fence_acc(sc);
-    softmax(0);  // o is still zero: nothing to rescale
+    softmax(0, 2);  // o is still zero: nothing to rescale
     pack();
-    for (int j = 1; j < my_blocks; ++j) {
+    // Blocks before `masked` need no causal mask in either warpgroup (all of them when not causal; S % 128 == 0, so no
+    // ragged block): the loop runs twice, unmasked then masked, so neither tests a block at run time. The bound uses
+    // the tile's first row q0, not this warpgroup's: warp-uniform to ptxas, so the descriptors stay in uniform
+    // registers (warpgroup 2 masks one 64-key block it would not need to at BN 64: the mask is a no-op there).
+    const int masked = causal ? min(my_blocks, max(1, q0 / BN)) : my_blocks;
+    auto step = [&](int j, int mask) {
         my_turn();
         issue_s(j);
         issue_pv(j - 1);
         their_turn(false);
         wg_wait<1>();  // groups complete in order: S of block j is done, P V of block j - 1 may still run
         wg_fence_acc(sc);
-        softmax(j);
+        softmax(j, mask);
         // Pin the softmax before the wait: plain register math may otherwise be sunk below it. The fences alone
         // do not do it (ptxas 13.0 still schedules every exponential after the wait); WG_PIN 1 ends the softmax
         // with a branch that is never taken (alpha >= 0), which keeps its 66 MUFU.EX2 before the wait in SASS.
@@ -526,7 +571,10 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
         rescale();
         release(j - 1);
         pack();
-    }
+    };
+    for (int j = 1; j < masked; ++j) step(j, 0);
+    for (int j = masked; j < my_blocks; ++j) step(j, 1);
+    release_q();  // the last wait (wait<1> in the loop, or wait<0> for block 0) completed the last S
     my_turn();
     issue_pv(my_blocks - 1);
     their_turn(true);
@@ -538,7 +586,7 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
         issue_s(j);
         wg_wait<0>();
         wg_fence_acc(sc);
-        softmax(j);
+        softmax(j, 2);
         rescale();
         pack();
         issue_pv(j);
@@ -546,9 +594,10 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
         pv_done();
         release(j);
     }
+    release_q();
 #endif
     for (int j = my_blocks; j < nblocks; ++j) {
-        mbar_wait(bars + 8 * (1 + j % STAGES), (j / STAGES) & 1);
+        wait_full(j);
         release(j);
     }
 
@@ -574,7 +623,7 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
 template <typename T>
 __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q, const void* map_k,
                                           const void* map_v, int heads, int kv_heads, int seq, int causal,
-                                          float scale_log2) {
+                                          float scale_log2, int tiles) {
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
     static_assert(D == 64 || D == 128, "wgmma flash attention: HEAD_DIM 64 or 128");
     static_assert(BN == 64 || BN == 128, "wgmma flash attention: WG_BLOCK_N 64 or 128");
@@ -582,18 +631,35 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
     extern __shared__ __align__(128) unsigned char fa3_smem[];
     const unsigned base = (smem_addr(fa3_smem) + 1023u) & ~1023u;
     const unsigned kv0 = base + Q_BYTES;                     // stage s: K at kv0 + 2 s KV_BYTES, V after it
-    const unsigned bars = kv0 + STAGES * 2 * KV_BYTES;       // q_full, full[s] = bars + 8 (1 + s), empty[s] after
-    const unsigned q_full = bars;
+    const unsigned bars = kv0 + STAGES * 2 * KV_BYTES;       // q_full, full[s] = bars + 8 (1 + s), empty[s], q_empty
+    const unsigned q_full = bars, q_empty = bars + 8 * (1 + 2 * STAGES);
     const int wg = threadIdx.x / 128;
-    // Causal blocks further down have more key blocks: launch them first (shorter tail), as the mma kernel does.
-    const int mblock = causal ? (int)(gridDim.x - 1 - blockIdx.x) : (int)blockIdx.x;
-    const int q0 = mblock * BM;
-    const int bh = blockIdx.y, b = bh / heads, h = bh % heads, hk = h / (heads / kv_heads);
-    const int kend = causal ? min(seq, q0 + BM) : seq;
-    const int nblocks = (kend + BN - 1) / BN;
+    // Tiles t = (batch x head) * n_m + query block, query blocks fastest (a wave of blocks shares a few heads' K/V in
+    // L2). Causal blocks further down have more key blocks: they come first (shorter tail), as in the mma kernel.
+    // One tile a block (grid n_m x B*H), or WG_PERSISTENT: blocks t = blockIdx.x, + gridDim.x, ... of a 1-d grid.
+    const int n_m = seq / BM;
+#if WG_PERSISTENT
+    const int first = blockIdx.x, step = gridDim.x;
+#else
+    const int first = blockIdx.y * n_m + blockIdx.x, step = tiles;  // one tile: the walk ends after `first`
+#endif
+    struct Tile { int q0, bh, kv_row, nblocks; };
+    auto tile_at = [&](int t) {
+#if WG_PERSISTENT
+        const int m = t % n_m, bh = t / n_m;
+#else
+        const int m = blockIdx.x, bh = blockIdx.y;  // t = bh * n_m + m: no division (it would leave ptxas's uniform
+                                                    // datapath: vector registers for the ring's descriptors)
+#endif
+        const int mblock = causal ? n_m - 1 - m : m;
+        const int b = bh / heads, hk = bh % heads / (heads / kv_heads);
+        const int q0 = mblock * BM, kend = causal ? min(seq, q0 + BM) : seq;
+        return Tile{q0, bh, (b * kv_heads + hk) * seq, (kend + BN - 1) / BN};
+    };
 
     if (threadIdx.x == 0) {
         mbar_init(q_full, 1);
+        mbar_init(q_empty, CONSUMER_WARPS);                           // lane 0 of each consumer warp
 #pragma unroll
         for (int s = 0; s < STAGES; ++s) {
             mbar_init(bars + 8 * (1 + s), 1);                         // the producer's arrive.expect_tx
@@ -609,35 +675,62 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
             tensormap_acquire(map_q);
             tensormap_acquire(map_k);
             tensormap_acquire(map_v);
-            const int q_row = bh * seq + q0;                    // row of the [B*H*S, D] view
-            const int kv_row = (b * kv_heads + hk) * seq;       // row of the [B*Hkv*S, D] views
-            mbar_arrive_expect_tx(q_full, Q_BYTES);
+            auto load_q = [&](int q_row) {  // q_row: row of the [B*H*S, D] view
+                mbar_arrive_expect_tx(q_full, Q_BYTES);
 #pragma unroll
-            for (int c = 0; c < D / 64; ++c) tma_load_2d(base + c * Q_CHUNK, map_q, q_full, 64 * c, q_row);
-            for (int j = 0; j < nblocks; ++j) {
-                const int s = j % STAGES;
-                // Stage s last held block j - STAGES: wait for its ((j / STAGES) - 1)-th release.
-                if (j >= STAGES) mbar_wait(bars + 8 * (1 + STAGES + s), ((j / STAGES) - 1) & 1);
-                const unsigned full = bars + 8 * (1 + s);
-                const unsigned ks = kv0 + s * 2 * KV_BYTES, vs = ks + KV_BYTES;
-                mbar_arrive_expect_tx(full, 2 * KV_BYTES);
+                for (int c = 0; c < D / 64; ++c) tma_load_2d(base + c * Q_CHUNK, map_q, q_full, 64 * c, q_row);
+            };
+            int it = 0, done = 0;  // key blocks loaded, tiles started: the ring's and q_full's phases
+            for (int t = first; t < tiles; t += step, ++done) {
+                const Tile tile = tile_at(t);
+                const int q_row = tile.bh * seq + tile.q0;
+                // The first tile's Q goes first. A later tile's waits until the consumers' last S = Q K^T of the
+                // previous tile (q_empty), so it goes after this tile's first ring-full of K/V: those copies are in
+                // flight while the consumers finish the previous tile.
+                const int q_after = !WG_PERSISTENT || done == 0 ? -1 : min(tile.nblocks, STAGES) - 1;
+                if (q_after < 0) load_q(q_row);
+                for (int j = 0; j < tile.nblocks; ++j, ++it) {
+                    const int s = it % STAGES;
+                    // Stage s last held key block it - STAGES: wait for its ((it / STAGES) - 1)-th release.
+                    if (it >= STAGES) mbar_wait(bars + 8 * (1 + STAGES + s), ((it / STAGES) - 1) & 1);
+                    const unsigned full = bars + 8 * (1 + s);
+                    const unsigned ks = kv0 + s * 2 * KV_BYTES, vs = ks + KV_BYTES;
+                    const int kv_row = tile.kv_row + j * BN;  // row of the [B*Hkv*S, D] views
+                    mbar_arrive_expect_tx(full, 2 * KV_BYTES);
 #pragma unroll
-                for (int c = 0; c < D / 64; ++c) tma_load_2d(ks + c * KV_CHUNK, map_k, full, 64 * c, kv_row + j * BN);
+                    for (int c = 0; c < D / 64; ++c) tma_load_2d(ks + c * KV_CHUNK, map_k, full, 64 * c, kv_row);
 #pragma unroll
-                for (int c = 0; c < D / 64; ++c) tma_load_2d(vs + c * KV_CHUNK, map_v, full, 64 * c, kv_row + j * BN);
+                    for (int c = 0; c < D / 64; ++c) tma_load_2d(vs + c * KV_CHUNK, map_v, full, 64 * c, kv_row);
+                    if (j == q_after) {
+                        mbar_wait(q_empty, (done - 1) & 1);
+                        load_q(q_row);
+                    }
+                }
             }
         }
     } else {  // ---- consumers: warpgroup 1 rows q0 .. q0 + 63, warpgroup 2 rows q0 + 64 .. q0 + 127 ----
         asm volatile("setmaxnreg.inc.sync.aligned.u32 232;\n" ::: "memory");
+        auto run = [&](int t, int ring, int done) {
+            const Tile tile = tile_at(t);
 #if WG_CONSUMER_COPIES == 2
-        // One copy of the consumer per warpgroup, its index a template argument: every wgmma descriptor is then
-        // warp-uniform to ptxas and built in uniform registers, and Q K^T overwrites the scores (scale-d 0) instead of
-        // adding to zeroed ones: 635 SASS instructions a key block instead of 672 (nvcc 13.0, sm_90a, BN 128,
-        // ping-pong), but twice the loop code (see CONFIG for what that did on the H200).
-        if (wg == 1) consume<1>(out, base, kv0, bars, q0, bh, seq, causal, nblocks, scale_log2);
-        else consume<2>(out, base, kv0, bars, q0, bh, seq, causal, nblocks, scale_log2);
+            // One copy of the consumer per warpgroup, its index a template argument: every wgmma descriptor is then
+            // warp-uniform to ptxas and built in uniform registers, and Q K^T overwrites the scores (scale-d 0)
+            // instead of adding to zeroed ones: 635 SASS instructions a key block instead of 672 (nvcc 13.0, sm_90a,
+            // BN 128, ping-pong), but twice the loop code (see CONFIG for what that did on the H200).
+            if (wg == 1) consume<1>(out, base, kv0, bars, tile.q0, tile.bh, seq, causal, tile.nblocks, scale_log2,
+                                    ring, done);
+            else consume<2>(out, base, kv0, bars, tile.q0, tile.bh, seq, causal, tile.nblocks, scale_log2, ring,
+                            done);
 #else
-        consume<0>(out, base, kv0, bars, q0, bh, seq, causal, nblocks, scale_log2);
+            consume<0>(out, base, kv0, bars, tile.q0, tile.bh, seq, causal, tile.nblocks, scale_log2, ring, done);
+#endif
+            return tile.nblocks;
+        };
+#if WG_PERSISTENT
+        int ring = 0, done = 0;
+        for (int t = first; t < tiles; t += step, ++done) ring += run(t, ring, done);
+#else
+        run(first, 0, 0);  // no tile loop: ring and phase are constants, as in a kernel written for one tile
 #endif
     }
 #else
@@ -649,8 +742,9 @@ __device__ __forceinline__ void attention(T* __restrict__ out, const void* map_q
 #define FA3_KERNEL(SUFFIX, T)                                                                                  \
     extern "C" __global__ void __launch_bounds__(fa3::THREADS, 1) flash_attention_wgmma_##SUFFIX(              \
         T* __restrict__ out, const void* __restrict__ map_q, const void* __restrict__ map_k,                   \
-        const void* __restrict__ map_v, int heads, int kv_heads, int seq, int causal, float scale_log2) {      \
-        fa3::attention<T>(out, map_q, map_k, map_v, heads, kv_heads, seq, causal, scale_log2);                 \
+        const void* __restrict__ map_v, int heads, int kv_heads, int seq, int causal, float scale_log2,         \
+        int tiles) {                                                                                           \
+        fa3::attention<T>(out, map_q, map_k, map_v, heads, kv_heads, seq, causal, scale_log2, tiles);          \
     }
 FA3_KERNEL(f16, __half)
 FA3_KERNEL(bf16, __nv_bfloat16)
@@ -851,7 +945,7 @@ _KERNELS = ["flash_attention_mma_f16", "flash_attention_mma_bf16",
 _WG_KERNELS = ["flash_attention_wgmma_f16", "flash_attention_wgmma_bf16"]
 WG_HEAD_DIMS = (64, 128)
 WG_BLOCK_M = 128  # query rows a block: two consumer warpgroups x 64
-_WG_SLACK = 2048  # up to 1 KiB to round the start up to 1024 bytes (128B swizzle), then (1 + 2 STAGES) mbarriers
+_WG_SLACK = 2048  # up to 1 KiB to round the start up to 1024 bytes (128B swizzle), then (2 + 2 STAGES) mbarriers
 
 
 def _wg_bytes(head_dim):
@@ -869,18 +963,27 @@ def _wg_shared(head_dim):
     return q_bytes + _wg_stages(head_dim) * 2 * kv_bytes + _WG_SLACK
 
 
-def _defines(head_dim):
+def _defines(head_dim, walk=False):
+    """The build's defines; walk: the persistent build (WG_PERSISTENT 1 in the source), which the launcher picks per
+    call (_walks), so a causal call under CONFIG WG_PERSISTENT 1 runs the one-tile-a-block build."""
     return {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
             "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES, "WG_BLOCK_N": CONFIG["WG_BLOCK_N"],
             "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"],
-            "WG_PIN": CONFIG["WG_PIN"], "WG_CONSUMER_COPIES": CONFIG["WG_CONSUMER_COPIES"]}
+            "WG_PIN": CONFIG["WG_PIN"], "WG_CONSUMER_COPIES": CONFIG["WG_CONSUMER_COPIES"],
+            "WG_PERSISTENT": int(walk)}
+
+
+def _walks(causal):
+    """Whether a call runs the persistent walk (CONFIG WG_PERSISTENT: 2 always, 1 when not causal, 0 never)."""
+    return CONFIG["WG_PERSISTENT"] == 2 or (CONFIG["WG_PERSISTENT"] == 1 and not causal)
 
 
 def cuda_builds():
     """(source, defines, kernel names[, arch]) of every build kernel_fn may request (the tests compile each; no arch:
     the device's own, sm_90 in the tests). The sm_90 builds hold the wgmma kernels as traps (never launched)."""
     return ([(CUDA_SOURCE, _defines(d), list(_KERNELS)) for d in HEAD_DIMS]
-            + [(CUDA_SOURCE, _defines(d), _KERNELS + _WG_KERNELS, nvrtc.WGMMA_ARCH) for d in WG_HEAD_DIMS])
+            + [(CUDA_SOURCE, _defines(d, walk), _KERNELS + _WG_KERNELS, nvrtc.WGMMA_ARCH) for d in WG_HEAD_DIMS
+               for walk in sorted({False, bool(CONFIG["WG_PERSISTENT"])})])
 
 
 def _shared_bytes(head_dim):
@@ -905,6 +1008,16 @@ def _rows_aligned(t):
 _wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs)
 
 
+_SM_COUNTS = {}
+
+
+def _sm_count(device):
+    """SMs of the device (cached: the property lookup costs microseconds of host time a call)."""
+    if device not in _SM_COUNTS:
+        _SM_COUNTS[device] = torch.cuda.get_device_properties(device).multi_processor_count
+    return _SM_COUNTS[device]
+
+
 def _launch_wgmma(out, q, k, v, causal, sm_scale, common):
     """The TMA + wgmma kernel; False (nothing launched) where it cannot run: the caller then uses "mma".
     common: the scalar arguments every kernel here takes (H, Hkv, S, causal, scale * log2 e)."""
@@ -922,10 +1035,13 @@ def _launch_wgmma(out, q, k, v, causal, sm_scale, common):
     except nvrtc.TensorMapError as exc:
         nvrtc.warn_once(f"flash_attention VARIANT 'wgmma' falls back to 'mma': {exc}")
         return False
-    kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wgmma_{_SUFFIX[q.dtype]}", defines=_defines(d),
-                                  arch=nvrtc.WGMMA_ARCH, source_name="flash_attention.cu")
-    nvrtc.launch(kernel, grid=(s // WG_BLOCK_M, b * h), block=(384,), shared_mem=_wg_shared(d),
-                 args=(out, map_q, map_k, map_v, *common))
+    walk = _walks(causal)
+    kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wgmma_{_SUFFIX[q.dtype]}",
+                                  defines=_defines(d, walk), arch=nvrtc.WGMMA_ARCH, source_name="flash_attention.cu")
+    tiles = s // WG_BLOCK_M * b * h
+    grid = (min(tiles, _sm_count(q.device)),) if walk else (s // WG_BLOCK_M, b * h)
+    nvrtc.launch(kernel, grid=grid, block=(384,), shared_mem=_wg_shared(d),
+                 args=(out, map_q, map_k, map_v, *common, nvrtc.i32(tiles)))
     return True
 
 

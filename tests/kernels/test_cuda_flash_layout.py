@@ -12,6 +12,7 @@ softmax(q k^T * scale) v. Shared-memory padding is filled with NaN so a read out
 from __future__ import annotations
 
 import math
+import re
 
 import numpy as np
 import pytest
@@ -276,9 +277,12 @@ def _add_pv(o, p, vs, smem, kv_chunk, d, bn):
     return o
 
 
-def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16, pipeline=0):
+def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16, pipeline=0, blocks=None):
     """Every block of fa3::attention; q [B, H, S, D], k / v [B, Hkv, S, D] (float64). Producer and consumers run in
     program order (the ring's ordering is the mbarriers' job); everything else follows the kernel line by line.
+    blocks (WG_PERSISTENT): that many blocks walk the tiles t = block, block + blocks, ..., each block's K/V ring
+    running on from one tile to the next (the stage of a tile's key block j is (ring + j) % stages); None: one block
+    a tile, in the kernel's tile order (query blocks fastest, reversed when causal).
     pipeline (WG_PIPELINE) >= 1: a block's P V is added one block later, before that block's rescale (the order of
     the overlapped kernel); 2: no block is skipped (ping-pong needs equal turns), a fully masked block adds p = 0.
     In float64 these orders give the serial result up to rounding: the emulation checks the bookkeeping (which block's
@@ -295,8 +299,14 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16, pipeline
     scale_log2 = sm_scale * math.log2(math.e)
     lane = np.arange(32)[None, :, None]
     warp = np.arange(4)[:, None, None]
-    for bh in range(bsz * heads):
-        for mblock in range(seq // 128):
+    n_m = seq // 128
+    tiles = bsz * heads * n_m
+    walks = [[t] for t in range(tiles)] if blocks is None else [range(b0, tiles, blocks) for b0 in range(blocks)]
+    for walk in walks:
+        ring = 0
+        for t in walk:
+            mblock = n_m - 1 - t % n_m if causal else t % n_m
+            bh = t // n_m
             q0 = mblock * 128
             b, h = bh // heads, bh % heads
             hk = h // (heads // kv_heads)
@@ -310,7 +320,7 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16, pipeline
                 state[wg] = dict(o=np.zeros((4, 32, d // 2)), m=np.full((2, 4, 32, 1), -INF), l=np.zeros((2, 4, 32, 1)),
                                  pending=None)
             for j in range(nblocks):
-                s = j % stages
+                s = (ring + j) % stages
                 ks = kv0 + s * 2 * kv_bytes
                 vs = ks + kv_bytes
                 for c in range(d // 64):  # producer
@@ -372,6 +382,7 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16, pipeline
                                     flat = bh * seq + row
                                     assert np.isnan(out[flat, col + e]), "an output element is written twice"
                                     out[flat, col + e] = st["o"][w, ln, 4 * jj + 2 * r + e] * inv[w, ln, 0]
+            ring += nblocks
     assert not np.isnan(out).any(), "some output element was never written"
     return out.reshape(bsz, heads, seq, d)
 
@@ -384,14 +395,16 @@ def fa3_emulate(q, k, v, causal, sm_scale, bn, stages=2, smem_start=16, pipeline
     (1, 1, 1, 256, 128, True, 128),
 ])
 @pytest.mark.parametrize("pipeline", [0, 1, 2])
-def test_wgmma_emulated_kernel_computes_attention(b, h, hkv, seq, d, causal, bn, pipeline):
+@pytest.mark.parametrize("blocks", [None, 3], ids=["tile_a_block", "persistent3"])
+def test_wgmma_emulated_kernel_computes_attention(b, h, hkv, seq, d, causal, bn, pipeline, blocks):
+    """blocks 3 (WG_PERSISTENT): three blocks walk the 3-6 tiles, the ring's stages running on across tiles."""
     gen = torch.Generator().manual_seed(seq + d + bn)
     q = torch.randn(b, h, seq, d, generator=gen, dtype=torch.float64)
     k = torch.randn(b, hkv, seq, d, generator=gen, dtype=torch.float64)
     v = torch.randn(b, hkv, seq, d, generator=gen, dtype=torch.float64)
     scale = 1 / math.sqrt(d)
     got = fa3_emulate(q.numpy(), k.numpy(), v.numpy(), causal, scale, bn, stages=2 if bn == 128 else 3,
-                      pipeline=pipeline)
+                      pipeline=pipeline, blocks=blocks)
     kk, vv = k.repeat_interleave(h // hkv, 1), v.repeat_interleave(h // hkv, 1)
     s = q @ kk.transpose(-1, -2) * scale
     if causal:
@@ -419,29 +432,40 @@ FA = load_starter("flash_attention", "cuda", "_cuda_flash_layout")
 def _fake_launch(kernel, grid, block, args, shared_mem=0):
     assert kernel.startswith("flash_attention_wgmma_"), kernel
     out, map_q, map_k, map_v = args[:4]
-    heads, kv_heads, seq, causal, scale_log2 = (a.value for a in args[4:])
+    heads, kv_heads, seq, causal, scale_log2, tiles = (a.value for a in args[4:])
     bsz = out.shape[0]
     d = out.shape[3]
     bn = FA.CONFIG["WG_BLOCK_N"]
-    assert tuple(grid) == (seq // 128, bsz * heads) and tuple(block) == (384,)
+    assert tiles == seq // 128 * bsz * heads and tuple(block) == (384,)
+    persistent = FA.CONFIG["WG_PERSISTENT"]
+    walks = persistent == 2 or (persistent == 1 and not causal)  # one block an SM walks the tiles
+    assert tuple(grid) == ((min(tiles, FAKE_SMS),) if walks else (seq // 128, bsz * heads))
+    assert kernel.endswith(f"walk={int(walks)}"), kernel  # the build that walks, exactly when the grid does
     assert shared_mem == FA._wg_shared(d) <= 227 * 1024
     assert map_q.box == (128, 64) and map_k.box == map_v.box == (bn, 64)
     assert map_q.swizzle == map_k.swizzle == map_v.swizzle == 128
     assert map_q.rows.shape == (bsz * heads * seq, d) and map_k.rows.shape == (bsz * kv_heads * seq, d)
     got = fa3_emulate(map_q.rows.reshape(bsz, heads, seq, d), map_k.rows.reshape(bsz, kv_heads, seq, d),
                       map_v.rows.reshape(bsz, kv_heads, seq, d), bool(causal), scale_log2 / math.log2(math.e), bn,
-                      FA._wg_stages(d), pipeline=FA.CONFIG["WG_PIPELINE"])  # the schedule kernel_fn builds
+                      FA._wg_stages(d), pipeline=FA.CONFIG["WG_PIPELINE"],  # the schedule kernel_fn builds
+                      blocks=grid[0] if len(grid) == 1 else None)
     out.copy_(torch.from_numpy(got))
+
+
+FAKE_SMS = 3  # the SM count the launcher is told in the emulated runs: fewer than the tiles, so blocks walk several
 
 
 @pytest.mark.parametrize("bn", [64, 128])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
-def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, dtype, bn):
+@pytest.mark.parametrize("persistent", [0, 1, 2])
+def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, dtype, bn, persistent):
     monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
     monkeypatch.setitem(FA.CONFIG, "WG_BLOCK_N", bn)
+    monkeypatch.setitem(FA.CONFIG, "WG_PERSISTENT", persistent)
+    monkeypatch.setattr(FA, "_sm_count", lambda device: FAKE_SMS)
     monkeypatch.setattr(FA, "_wgmma_arch", lambda device: "sm_90a")
     monkeypatch.setattr(FA.nvrtc, "compile_kernel", lambda src, name, defines=None, arch=None, source_name=None:
-                        (arch == "sm_90a" or pytest.fail(arch)) and name)
+                        (arch == "sm_90a" or pytest.fail(arch)) and f"{name} walk={defines['WG_PERSISTENT']}")
     monkeypatch.setattr(FA.nvrtc, "tensor_map", FakeTensorMap)
     monkeypatch.setattr(FA.nvrtc, "launch", _fake_launch)
     gen = torch.Generator().manual_seed(3)
@@ -492,6 +516,41 @@ def test_wgmma_kernel_on_the_gpu_in_both_16_bit_dtypes(monkeypatch, dtype, d, bn
     assert ran == [True, True], "the wgmma kernel did not run (fallback to mma)"
 
 
+@pytest.mark.skipif(not _on_hopper(), reason="needs an sm_90 GPU (H100 / H200)")
+@pytest.mark.parametrize(("d", "dtype"), [(128, torch.bfloat16), (64, torch.float16)], ids=["d128-bf16", "d64-fp16"])
+@pytest.mark.parametrize("pipeline", [1, 2])
+@pytest.mark.parametrize("persistent", [1, 2])
+def test_persistent_wgmma_kernel_walks_more_tiles_than_sms(monkeypatch, persistent, pipeline, d, dtype):
+    """WG_PERSISTENT: one block an SM walks 2 x 8 heads x 16 query blocks = 256 tiles (GQA 8/2), the K/V ring and
+    Q's buffer running on from tile to tile; 1 only when not causal, 2 always. Checked against the spec's reference
+    (peaked and plain scores), with the launch grid recorded."""
+    from autokernel_ci.compare import compare
+    from autokernel_ci.specs import get_spec
+
+    spec = get_spec("flash_attention")
+    grids = []
+    real_launch = FA.nvrtc.launch
+    monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
+    monkeypatch.setitem(FA.CONFIG, "WG_PIPELINE", pipeline)
+    monkeypatch.setitem(FA.CONFIG, "WG_PERSISTENT", persistent)
+    monkeypatch.setattr(FA.nvrtc, "launch", lambda kernel, grid, **kw: grids.append(tuple(grid)) or
+                        real_launch(kernel, grid=grid, **kw))
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    gen = torch.Generator(device="cuda").manual_seed(11)
+    for causal in (False, True):
+        inputs = spec.make_inputs({"B": 2, "H": 8, "Hkv": 2, "S": 2048, "D": d, "causal": causal}, dtype,
+                                  torch.device("cuda"), gen)
+        for scale in (1.0, 8.0):  # 8: peaked rows, where a stale row max or sum from the previous tile would show
+            q, k, v, c, sm_scale = inputs
+            case = (q * scale, k, v, c, sm_scale)
+            out = FA.kernel_fn(*case)
+            torch.cuda.synchronize()
+            failure = compare(out, spec.run_reference(case), spec.tolerances[dtype], expect_dtype=dtype)
+            assert failure is None, (causal, scale, failure)
+        walks = persistent == 2 or not causal
+        assert grids[-1] == ((min(256, sms),) if walks else (16, 16)), grids
+
+
 def test_wgmma_falls_back_to_mma_where_it_cannot_run(monkeypatch):
     launched = []
     monkeypatch.setitem(FA.CONFIG, "VARIANT", "wgmma")
@@ -533,24 +592,39 @@ def test_every_wgmma_search_space_point_fits_shared_memory():
                     st = FA._defines(d)["WG_STAGES"]
                     assert 2 <= st <= stages
                     q_bytes, kv_bytes = 128 * d * 2, bn * d * 2
-                    # 1023 bytes of round-up, the tiles, (1 + 2 stages) mbarriers of 8 bytes
-                    assert 1023 + q_bytes + 2 * st * kv_bytes + 8 * (1 + 2 * st) <= FA._wg_shared(d) <= 227 * 1024
+                    # 1023 bytes of round-up, the tiles, (2 + 2 stages) mbarriers of 8 bytes
+                    assert 1023 + q_bytes + 2 * st * kv_bytes + 8 * (2 + 2 * st) <= FA._wg_shared(d) <= 227 * 1024
     finally:
         FA.CONFIG.clear()
         FA.CONFIG.update(original)
 
 
 # ---- what nvcc makes of fa3 for sm_90a (the build the H200 runs) ----
+def _backward_branches(sass: str) -> list[tuple[int, int]]:
+    """(target, branch) addresses of the backward branches in cuobjdump's SASS: the loops."""
+    found = re.findall(r"/\*([0-9a-f]{4,})\*/\s+(?:@!?U?P\w+\s+)?BRA (0x[0-9a-f]+)", sass)
+    return [(int(target, 16), int(at, 16)) for at, target in found if int(target, 16) < int(at, 16)]
+
+
+def _sass_span(sass: str, start: int, end: int) -> str:
+    """The SASS lines at addresses start..end."""
+    return "\n".join(line for line in sass.splitlines()
+                     if (m := re.search(r"/\*([0-9a-f]{4,})\*/", line)) and start <= int(m.group(1), 16) <= end)
+
+
+
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
-@pytest.mark.parametrize("bn", [128, 64])
-@pytest.mark.parametrize("pipeline", [0, 1, 2])
-def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path, bn, pipeline):
+@pytest.mark.parametrize(("bn", "pipeline", "persistent"),
+                         [(bn, pipeline, 0) for bn in (128, 64) for pipeline in (0, 1, 2)] + [(128, 2, 1), (128, 1, 1)])
+def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path, bn, pipeline, persistent):
+    """The sm_90a build's SASS: the wgmma forms, the overlap's wait, no spill. WG_PERSISTENT adds the second Q copy
+    (the later tiles' Q, loaded after their first ring-full of K/V) and nothing else to the loop."""
     import re
     import subprocess
 
     from autokernel_ci import nvrtc
 
-    source, defines, names, arch = hopper_build(FA, WG_BLOCK_N=bn, WG_PIPELINE=pipeline)
+    source, defines, names, arch = hopper_build(FA, WG_BLOCK_N=bn, WG_PIPELINE=pipeline, WG_PERSISTENT=persistent)
     assert arch == "sm_90a" and defines["HEAD_DIM"] == 128
     cubin = tmp_path / "fa.cubin"
     result = nvrtc.compile_check(source, arch, defines=defines, source_name="flash_attention.cu", ptxas_verbose=True,
@@ -565,7 +639,9 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
         pytest.skip("cuobjdump not found")
     sass = subprocess.run([cuobjdump_bin, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout
     body = sass.split("Function : flash_attention_wgmma_bf16")[1].split("Function :")[0]
-    copies = 1 if pipeline == 0 else 2  # the pipelined loop peels block 0's S = Q K^T and the last block's P V
+    # The pipelined consumer: block 0's S = Q K^T peeled, the loop twice (unmasked, then the causal diagonal's
+    # masked blocks), the last block's P V peeled: three copies of each wgmma.
+    copies = 1 if pipeline == 0 else 3
     copies *= defines["WG_CONSUMER_COPIES"]  # 2: a consumer loop per warpgroup
     # S = Q K^T: both operands from shared memory (descriptors), N = BN
     assert len(re.findall(rf"HGMMA\.64x{bn}x16\.F32\.BF16 R\d+, gdesc\[UR\d+\]", body)) == copies * 128 // 16
@@ -574,7 +650,13 @@ def test_wgmma_build_uses_hgmma_with_register_a_and_tma_without_spills(tmp_path,
     # Overlap: a wait that leaves one group (P V) in flight; ping-pong: the named-barrier turns.
     assert ("WARPGROUP.DEPBAR.LE gsb0, 0x1" in body) == (pipeline >= 1)
     assert ("BAR.ARV" in body) == (pipeline == 2)
-    assert body.count("UTMALDG.2D") == 6 and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
+    if pipeline >= 1:  # a loop (a backward branch's span) with one key block's wgmma and no causal mask: the mask
+        # is one select a score (bn / 2 a thread); the unmasked loop keeps only the row max's -inf guards (2)
+        loops = [_sass_span(body, start, end) for start, end in _backward_branches(body)]
+        fsel = [span.count("FSEL") for span in loops if span.count("HGMMA") == 128 // 16 + bn // 16]
+        assert min(fsel) <= 2 and max(fsel) >= bn // 2, fsel
+    # Q's two boxes (twice when persistent), K's and V's two boxes
+    assert body.count("UTMALDG.2D") == 6 + 2 * persistent and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
 
 
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
@@ -591,7 +673,9 @@ def test_consumer_copies_build_the_descriptors_in_uniform_registers(tmp_path):
         pytest.skip("cuobjdump not found")
     counts = {}
     for copies in (1, 2):
-        source, defines, _, arch = hopper_build(FA, WG_CONSUMER_COPIES=copies)
+        # The one-tile build: the walk (WG_PERSISTENT) divides the tile index by the query blocks, which leaves its
+        # descriptors in vector registers either way.
+        source, defines, _, arch = hopper_build(FA, WG_CONSUMER_COPIES=copies, WG_PERSISTENT=0)
         cubin = tmp_path / f"fa{copies}.cubin"
         nvrtc.compile_check(source, arch, defines=defines, source_name="flash_attention.cu", keep_cubin=cubin)
         sass = subprocess.run([cuobjdump_bin, "-sass", str(cubin)], capture_output=True, text=True, check=True).stdout

@@ -1,0 +1,74 @@
+"""The GPU benchmark scripts' own logic, run on the CPU (their --device cpu smoke mode through the Triton
+interpreter, tiny shapes): what they record, not how fast anything is."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _script(name: str):
+    spec = importlib.util.spec_from_file_location(f"bench_{name}", REPO / "benchmarks" / f"{name}.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up by name
+    spec.loader.exec_module(module)
+    return module
+
+
+@pytest.mark.parametrize("repeats", [1, 3])
+def test_check_starters_times_in_turn_and_records_the_rounds_spread(tmp_path, repeats):
+    cs = _script("check_starters_gpu")
+    rc = cs.main(["--device", "cpu", "--sets", "cpu", "--time-set", "cpu", "--no-compile", "--skip-check",
+                  "--types", "softmax", "--backends", "triton", "--repeats", str(repeats), "--out", str(tmp_path)])
+    assert rc == 0
+    data = json.loads((tmp_path / "check_starters.json").read_text())
+    assert data["repeats"] == repeats
+    timings = data["reports"][0]["timings"]
+    assert len(timings) == 2 and all(t["ours_us"] > 0 and t["eager_us"] > 0 for t in timings)
+    markdown = (tmp_path / "check_starters.md").read_text()
+    for t in timings:
+        if repeats == 1:
+            assert t["eager_ratio_range"] is None
+        else:
+            low, high = t["eager_ratio_range"]
+            assert 0 < low <= high and f"({low:.2f}-{high:.2f})" in markdown
+    assert ("timed in turn 3 times" in markdown) == (repeats == 3)
+
+
+def test_variants_point_runs_on_another_kernel_file(tmp_path, monkeypatch):
+    """A point's "_file" runs that kernel file (here the starter with a CONFIG the starter does not have, so the row
+    shows which file ran: its recorded config is the point's, and it was checked and timed like the others)."""
+    vg = _script("variants_gpu")
+    source = (REPO / "kernels" / "triton" / "softmax.py").read_text()
+    other = tmp_path / "softmax_other.py"
+    other.write_text(source + "\nMARKER_FROM_OTHER_FILE = True\n")
+    variants = tmp_path / "points.json"
+    variants.write_text(json.dumps([{}, {vg.FILE_KEY: str(other.relative_to(tmp_path))}]))
+    monkeypatch.setattr(vg, "REPO", tmp_path)
+    loaded = []
+    real_import = vg._import
+    monkeypatch.setattr(vg, "_import", lambda path: loaded.append(real_import(path)) or loaded[-1])
+    out = tmp_path / "out"
+    assert vg.main(["softmax", "--variants", str(variants), "--sets", "cpu", "--time-set", "cpu", "--out",
+                    str(out)]) == 0
+    rows = json.loads((out / "variants_softmax.json").read_text())["rows"]
+    assert [r["config"] for r in rows] == [{}, {vg.FILE_KEY: "softmax_other.py"}]
+    assert all(not r.get("error") and r["checks"].endswith("/2") and r["times"] for r in rows), rows
+    assert [hasattr(m, "MARKER_FROM_OTHER_FILE") for m in loaded] == [False, True]
+
+
+def test_variants_point_with_a_missing_file_is_recorded_and_the_run_goes_on(tmp_path):
+    vg = _script("variants_gpu")
+    variants = tmp_path / "points.json"
+    variants.write_text(json.dumps([{vg.FILE_KEY: "no/such/file.py"}, {}]))
+    out = tmp_path / "out"
+    assert vg.main(["softmax", "--variants", str(variants), "--sets", "cpu", "--time-set", "cpu", "--out",
+                    str(out)]) == 0
+    rows = json.loads((out / "variants_softmax.json").read_text())["rows"]
+    assert "file.py" in rows[0]["error"] and not rows[1].get("error")
