@@ -243,6 +243,12 @@ __device__ __forceinline__ unsigned long long wg_desc(unsigned addr, unsigned lb
     return (unsigned long long)((addr >> 4) & 0x3FFF) | ((unsigned long long)((lbo >> 4) & 0x3FFF) << 16) |
            ((unsigned long long)((sbo >> 4) & 0x3FFF) << 32) | (1ull << 62);
 }
+// The descriptor of a tile `bytes` past d's: the start address field plus bytes / 16. Shared addresses stay under
+// 228 KiB (address / 16 < 2^14), so the field never carries: one 32-bit add on the low word, where a descriptor built
+// anew (wg_desc) takes ~6 instructions. Build a stage's descriptor once and step through its k slices with this.
+__device__ __forceinline__ unsigned long long desc_plus(unsigned long long d, unsigned bytes) {
+    return (d & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)d + (bytes >> 4));
+}
 __device__ __forceinline__ void wg_fence() { asm volatile("wgmma.fence.sync.aligned;\n" ::: "memory"); }
 __device__ __forceinline__ void wg_commit() { asm volatile("wgmma.commit_group.sync.aligned;\n" ::: "memory"); }
 template <int N>  // wait until at most N of this warpgroup's committed wgmma groups are still running
@@ -342,9 +348,9 @@ blocks: `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`),
 (mma.sync m16n8k16, fp32 accumulate). On the arch-specific sm_90a target only (`__CUDA_ARCH_FEAT_SM90_ALL`):
 the Hopper blocks `mbar_init` / `mbar_arrive_expect_tx` / `mbar_arrive` / `mbar_wait`, `tma_load_2d`,
 `tma_load_2d_multicast`, `cluster_ctarank` / `mbar_arrive_cluster` / `cluster_sync` (thread-block clusters),
-`tensormap_acquire`, `wg_desc`, `wg_fence` / `wg_commit` / `wg_wait<N>` / `wg_fence_acc`, `Wgmma<T, N, TRANS_B>`
-(shared-memory A, N = 64 / 128 / 256) and `WgmmaRS<T, N, TRANS_B>` (register A, N = 64 / 128), used by matmul's
-Part 3 and flash attention's "wgmma" variant. A kernel must not redefine these names.
+`tensormap_acquire`, `wg_desc` / `desc_plus`, `wg_fence` / `wg_commit` / `wg_wait<N>` / `wg_fence_acc`,
+`Wgmma<T, N, TRANS_B>` (shared-memory A, N = 64 / 128 / 256) and `WgmmaRS<T, N, TRANS_B>` (register A,
+N = 64 / 128), used by matmul's Part 3 and flash attention's "wgmma" variant. A kernel must not redefine these names.
 
 Explicit, not prepended by `build`: a kernel file then says what it uses, a source without it
 compiles as written, and the cache key (over the whole source) changes when the prelude does. It

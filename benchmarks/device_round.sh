@@ -64,6 +64,10 @@
 #          GEMM + attention rows of the starter table with the baselines timed in turn (--repeats 3), ncu not causal.
 #   pin13: WG_PIN 1 on the CUDA attention's new loop, three alternating pairs a dtype.
 #   table13: every starter (both backends) timed with ours / eager / compile in turn three times.
+#   ncu_mm: ncu of cuBLAS, the Gluon and the CUDA matmul at 4096x11008x4096.
+#   mm_uniform: the CUDA matmul's consumer templated on its warpgroup: GPU tests, `verify`, timed against 2673f77.
+#   final14: the GEMM and attention rows, ours / eager / compile in turn five times.
+#   prelude14: the CUDA matmul and attention GPU tests and `verify` after desc_plus moved into nvrtc.PRELUDE.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
 #   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
@@ -478,6 +482,36 @@ case "${1:-check}" in
   table13)  # every starter (both backends) at the LLaMA-7B shapes, ours / eager / torch.compile timed in turn three
     # times (medians, x eager's range), with the same-bytes copy for the memory-bound types
     step 420 starters_all python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --out "$out/table"
+    ;;
+  ncu_mm)  # where the CUDA matmul's tile is slower than the Gluon one at 4096x11008x4096 (0.96x against 1.00x cuBLAS):
+    # ncu of cuBLAS, the Triton (Gluon) and the CUDA kernel, memory, warp-state and scheduler sections
+    step 200 ncu_matmul ncu --clock-control none --profile-from-start off --section SpeedOfLight \
+      --section MemoryWorkloadAnalysis --section WarpStateStats --section SchedulerStats --section LaunchStats \
+      --section Occupancy --section InstructionStats \
+      --metrics dram__bytes_read.sum,dram__bytes_write.sum,lts__t_sector_hit_rate.pct,sm__cycles_active.avg,smsp__inst_executed.sum,l1tex__data_bank_conflicts_pipe_lsu_mem_shared.sum,smsp__average_warp_latency_issue_stalled_barrier,sm__warps_active.avg.pct_of_peak_sustained_active \
+      python3 benchmarks/ncu_kernels.py matmul --index 1 --backends triton,cuda
+    ;;
+  mm_uniform)  # the CUDA matmul's consumer as a template on its warpgroup (uniform wgmma descriptors, 66 SASS
+    # instructions a K slice instead of 93): GPU tests, `verify`, timed alternating with 2673f77's file (carried in
+    # benchmarks/variants/base/) in bf16, then fp16
+    kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
+      tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+    step 200 variants_mm_uniform python3 benchmarks/variants_gpu.py matmul --backend cuda \
+      --variants benchmarks/variants/cuda_matmul_uniform.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mm_uniform"
+    step 100 variants_mm_uniform_fp16 python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype fp16 \
+      --variants benchmarks/variants/cuda_matmul_uniform.json --sets cpu,llama7b --out "$out/mm_uniform_fp16"
+    ;;
+  final14)  # the GEMM and attention rows of the starter table after the CUDA matmul's uniform descriptors, ours /
+    # eager / compile in turn five times
+    step 300 starters_final14 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 5 \
+      --types matmul,flash_attention --backends triton,cuda --out "$out/table"
+    ;;
+  prelude14)  # desc_plus moved into nvrtc.PRELUDE (shared by the CUDA matmul and attention): both files' GPU tests
+    kernel_checks cuda_gemm_attention kernels/cuda/matmul.py "gpu and (matmul or flash or persistent or stress)" \
+      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_flash_layout.py \
+      tests/kernels/test_cuda_starters.py
+    step 90 verify_cuda_flash python3 -m autokernel_ci verify kernels/cuda/flash_attention.py --device cuda \
+      --json "$out/verify_cuda_flash.json"
     ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)

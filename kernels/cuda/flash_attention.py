@@ -394,13 +394,6 @@ constexpr int KV_BYTES = BN * D * 2;
 constexpr int CONSUMER_WARPS = 8;
 
 #if defined(__CUDA_ARCH_FEAT_SM90_ALL)
-// The descriptor of a tile `bytes` past d's: its start address field (bits 0-13, address / 16) plus bytes / 16.
-// Shared addresses stay under 228 KiB (address / 16 < 2^14), so the field never carries: one 32-bit add on the low
-// word, where building each descriptor anew (wg_desc) took ~6 uniform instructions a wgmma.
-__device__ __forceinline__ unsigned long long desc_plus(unsigned long long d, unsigned bytes) {
-    return (d & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)d + (bytes >> 4));
-}
-
 // Consumer warpgroup WG_INDEX (1: query rows q0 .. q0 + 63, 2: q0 + 64 .. q0 + 127; 0: read from threadIdx) of the
 // block set up by attention() below: its shared memory (Q at base, the K/V ring at kv0, the mbarriers at bars) and
 // tile.

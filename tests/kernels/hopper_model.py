@@ -20,6 +20,10 @@ def wg_desc(addr: int, lbo: int, sbo: int) -> int:  # the kernel's wg_desc
     return ((addr >> 4) & 0x3FFF) | (((lbo >> 4) & 0x3FFF) << 16) | (((sbo >> 4) & 0x3FFF) << 32) | (1 << 62)
 
 
+def desc_plus(d: int, nbytes: int) -> int:  # the kernels' desc_plus: the start address field advanced by nbytes
+    return (d & 0xFFFFFFFF00000000) | ((d + (nbytes >> 4)) & 0xFFFFFFFF)
+
+
 def swizzle128(addr):
     return addr ^ (((addr >> 7) & 7) << 4)
 

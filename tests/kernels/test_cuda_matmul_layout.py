@@ -25,6 +25,7 @@ from hopper_model import (
     FakeTensorMap,
     assert_registers_cover_setmaxnreg,
     cuobjdump,
+    desc_plus,
     hopper_build,
     load_starter,
     tma_load,
@@ -383,12 +384,11 @@ class WgTile:
         """Consumer warpgroup wg (1, 2): the 4 wgmma of the block's it-th slice with the kernel's descriptors; acc
         [64, BN]."""
         s = it % self.stages
-        a_s = base + s * self.stage_bytes
-        b_s = a_s + self.a_bytes
-        a_rows = (wg - 1) * 64 * 128
+        da0 = wg_desc(base + (wg - 1) * 64 * 128, 16, 1024)  # stage 0's descriptors, advanced by desc_plus
+        db0 = wg_desc(base + self.a_bytes, 16, 1024) if self.kmajor else wg_desc(base + self.a_bytes, 8192, 1024)
         for ks in range(WG_BK // 16):
-            da = wg_desc(a_s + a_rows + 32 * ks, 16, 1024)
-            db = wg_desc(b_s + 32 * ks, 16, 1024) if self.kmajor else wg_desc(b_s + 2048 * ks, 8192, 1024)
+            da = desc_plus(da0, s * self.stage_bytes + 32 * ks)
+            db = desc_plus(db0, s * self.stage_bytes + (32 if self.kmajor else 2048) * ks)
             a_op = wgmma_operand(smem, da, 64, mn_major=False)
             b_op = wgmma_operand(smem, db, self.bn, mn_major=not self.kmajor)  # [N, 16]: B transposed
             acc += a_op @ b_op.T
@@ -723,13 +723,16 @@ KERNEL_FORMULAS = [
     "mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1)",  # consumer: full[s], phase of slice it
     "mbar_wait(bars + 8 * (WG_STAGES + s), ((it / WG_STAGES) - 1) & 1)",  # producer: empty[s]
     "if (kt > 0) release((it - 1) % WG_STAGES)",  # free the previous slice (not across tiles) ...
-    "wg_wait<0>();\n            wg_fence_acc(acc);\n            // The tile's last slice is read",  # ... and the last
+    "wg_wait<0>();\n        wg_fence_acc(acc);\n        // The tile's last slice is read",  # ... and the last
     "origin.y + rank * (WG_BN / 2), 3)",  # nt: this CTA's half of B, multicast to both
     "const int j = rank * (WG_BN / 128) + jj;",  # nn: this CTA's 64-column blocks of B
     "for (int ct = first; ct < ctiles; ct += step)",  # the persistent walk over cluster tiles
     "origin.x += rank * WG_BM;",
-    "wg_desc(As + a_rows + 32 * ks, 16, 1024)",
-    "B_KMAJOR ? wg_desc(Bs + 32 * ks, 16, 1024) : wg_desc(Bs + 2048 * ks, 8192, 1024)",
+    "wg_desc(base + (WG - 1) * 64 * 128, 16, 1024)",  # stage 0's A descriptor of warpgroup WG
+    "B_KMAJOR ? wg_desc(base + WG_A_BYTES, 16, 1024)\n" + " " * 44 + ": wg_desc(base + WG_A_BYTES, 8192, 1024)",
+    "desc_plus(da0, s * WG_STAGE_BYTES + 32 * ks)",
+    "desc_plus(db0, s * WG_STAGE_BYTES + (B_KMAJOR ? 32 : 2048) * ks)",
+    "return (d & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)d + (bytes >> 4));",  # nvrtc.PRELUDE's desc_plus
 ]
 
 
@@ -799,8 +802,8 @@ def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_ti
         assert "UTMALDG.2D" in body and "USETMAXREG" in body and "SYNCS.PHASECHK" in body
         assert ("UTMASTG.2D" in body) == tma_store, "the epilogue's TMA store is compiled in exactly when asked for"
         # fence.proxy.tensormap + prefetch.tensormap: 2 per map before first use (map_a, map_b; map_out's by the
-        # storing thread)
-        assert body.count("UTMACCTL") == (6 if tma_store else 4), "every tensor map is acquired before use"
+        # storing thread, in each consumer warpgroup's copy of the consumer)
+        assert body.count("UTMACCTL") == (8 if tma_store else 4), "every tensor map is acquired before use"
         assert ("UTMALDG.2D.MULTICAST" in body) == (cluster > 1), "B is multicast exactly in a cluster"
         # No memory barrier in the mainloop: a cluster-scope release on the remote stage arrival compiled to
         # MEMBAR.ALL.GPU there and made the clustered kernel 45% slower on the H200 (ncu: membar stalls).
