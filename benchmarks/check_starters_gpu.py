@@ -335,6 +335,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     args.sets = [s for s in args.sets.split(",") if s]
     args.check_dtypes = [DTYPES[d] for d in args.check_dtypes.split(",") if d]
     args.device = torch.device(args.device)
+    if args.repeats < 1:
+        p.error(f"--repeats {args.repeats}: at least 1 round is timed (1: ours once, the baselines once per shape)")
     for name, values, allowed in (("--types", args.types, KERNEL_TYPES), ("--backends", args.backends, BACKENDS),
                                   ("--sets", args.sets, SHAPE_SET_NAMES), ("--time-set", [args.time_set],
                                                                            SHAPE_SET_NAMES)):

@@ -72,3 +72,10 @@ def test_variants_point_with_a_missing_file_is_recorded_and_the_run_goes_on(tmp_
                     str(out)]) == 0
     rows = json.loads((out / "variants_softmax.json").read_text())["rows"]
     assert "file.py" in rows[0]["error"] and not rows[1].get("error")
+
+
+def test_check_starters_refuses_zero_repeats_with_the_fix(capsys):
+    cs = _script("check_starters_gpu")
+    with pytest.raises(SystemExit):
+        cs.parse_args(["--repeats", "0"])
+    assert "--repeats 0: at least 1 round" in capsys.readouterr().err
