@@ -76,6 +76,15 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 // N elements loaded or stored as one aligned access (N * sizeof(T) bytes: 4, 8 or 16).
 template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
 
+// 2^x on the SFU (ex2.approx.ftz: ~2 ulp, one MUFU instruction; exp2f without fast-math adds denormal scaling
+// around it, expf a range reduction too); 2^-inf = +0. e^(x - m) is fast_exp2(x * LOG2E - m * LOG2E).
+constexpr float LOG2E = 1.4426950408889634f;
+__device__ __forceinline__ float fast_exp2(float x) {
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+    return y;
+}
+
 // Sum over the 32 lanes of a warp; every lane gets the result.
 __device__ __forceinline__ float warp_sum(float v) {
 #pragma unroll
@@ -98,6 +107,68 @@ __device__ __forceinline__ float group_sum(float v, float* red) {
     for (int i = 0; i < WPR; ++i) t += red[first + i];
     return t;
 }
+
+// Running (max m, sum s of e^(x - m)) pairs, the one-read log-sum-exp of softmax and cross entropy. m = -inf
+// means nothing seen yet (s = 0); -inf entries add nothing. online_fold takes N values with one rescale.
+__device__ __forceinline__ void online_merge(float& m, float& s, float om, float os) {
+    const float nm = fmaxf(m, om);
+    if (nm == -INFINITY) return;  // both empty
+    s = s * fast_exp2((m - nm) * LOG2E) + os * fast_exp2((om - nm) * LOG2E);  // 2^-inf = 0 for an empty side
+    m = nm;
+}
+template <int N>
+__device__ __forceinline__ void online_fold(float& m, float& s, const float (&v)[N]) {
+    float vm = v[0];
+#pragma unroll
+    for (int k = 1; k < N; ++k) vm = fmaxf(vm, v[k]);
+    if (vm == -INFINITY) return;
+    if (vm > m) { s *= fast_exp2((m - vm) * LOG2E); m = vm; }  // m = -inf: s is 0 and stays 0
+    // (v - m) * LOG2E rather than fmaf(v, LOG2E, -m * LOG2E): x = m gives 2^0 = 1 exactly, and the fp32 error
+    // stays ~1 ulp of the result for logits of any size (the fmaf form is off by m's rounding, 5e-6 at m = 100).
+#pragma unroll
+    for (int k = 0; k < N; ++k) s += fast_exp2((v[k] - m) * LOG2E);
+}
+
+// The running pair as a scan_row functor (below): one rescale per call, one SFU exp2 per value.
+struct OnlineLse {
+    static __device__ __forceinline__ float pad() { return -INFINITY; }  // INFINITY is not constexpr in NVRTC
+    float m = -INFINITY, s = 0.f;
+    template <int N> __device__ __forceinline__ void operator()(const float (&v)[N]) { online_fold(m, s, v); }
+};
+
+// Visit every element of a row once as fp32: scalar loads up to the first VEC-element boundary, then
+// aligned vectors, LOADS of them issued before any is used (bytes in flight, not one load's latency at a
+// time), then the scalar tail. Any row length and start: rows of odd length (V = 50257) still get vectors.
+// (LOADS, not UNROLL: a template parameter must not share a name with a kernel's -D define.)
+// f is a functor with `template <int N> void operator()(const float (&v)[N])` and `static float pad()`
+// (what a missing element reads as: 0 for a sum, -inf for a max); it sees 1 or LOADS * VEC values.
+template <typename T, int VEC, int LOADS, typename F>
+__device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int tid, int nthreads, F& f) {
+    int head = 0;
+    if (VEC > 1) {
+        const int mis = (int)((reinterpret_cast<unsigned long long>(row) / sizeof(T)) % VEC);
+        head = mis ? min(n, VEC - mis) : 0;
+    }
+    for (int i = tid; i < head; i += nthreads) { const float one[1] = {to_float(row[i])}; f(one); }
+    const int nvec = (n - head) / VEC;
+    const Vec<T, VEC>* body = reinterpret_cast<const Vec<T, VEC>*>(row + head);
+    for (int i0 = tid; i0 < nvec; i0 += nthreads * LOADS) {
+        Vec<T, VEC> raw[LOADS];
+#pragma unroll
+        for (int u = 0; u < LOADS; ++u)
+            if (i0 + u * nthreads < nvec) raw[u] = body[i0 + u * nthreads];
+        float vals[LOADS * VEC];
+#pragma unroll
+        for (int u = 0; u < LOADS; ++u) {
+            const bool ok = i0 + u * nthreads < nvec;
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) vals[u * VEC + k] = ok ? to_float(raw[u].v[k]) : F::pad();
+        }
+        f(vals);
+    }
+    for (int i = head + nvec * VEC + tid; i < n; i += nthreads) { const float one[1] = {to_float(row[i])}; f(one); }
+}
+
 #if !defined(__CUDA_ARCH__) || __CUDA_ARCH__ >= 800
 // Tensor-core building blocks (sm_80+: cp.async, ldmatrix, mma.sync m16n8k16), shared by matmul and
 // flash attention. Shared-memory operands are 32-bit shared-space byte addresses (smem_addr).
@@ -342,7 +413,8 @@ It provides `<cuda_fp16.h>`, `<cuda_bf16.h>`, `INFINITY` (NVRTC has no `<math.h>
 (float, __half, __nv_bfloat16 -> float), `from_float<T>(f)` (float -> T, round to nearest), `Vec<T, N>`
 (N elements as one aligned 4/8/16-byte access, members `.v[k]`), `warp_sum(v)` (full-warp shuffle sum)
 and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__shared__ float[warps]`;
-it syncs the block when WPR > 1, so every thread must call it). On sm_80+ also the tensor-core building
+it syncs the block when WPR > 1, so every thread must call it), `fast_exp2(x)` (2^x on the SFU, ~2 ulp) and
+`LOG2E`. On sm_80+ also the tensor-core building
 blocks: `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`), `cp_async_commit()`,
 `cp_async_wait<N>()`, `ldsm_x4` / `ldsm_x4_trans` (ldmatrix .x4) and `mma16816<T>(c, a, b0, b1)`
 (mma.sync m16n8k16, fp32 accumulate). On the arch-specific sm_90a target only (`__CUDA_ARCH_FEAT_SM90_ALL`):

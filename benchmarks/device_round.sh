@@ -68,6 +68,11 @@
 #   mm_uniform: the CUDA matmul's consumer templated on its warpgroup: GPU tests, `verify`, timed against 2673f77.
 #   final14: the GEMM and attention rows, ours / eager / compile in turn five times.
 #   prelude14: the CUDA matmul and attention GPU tests and `verify` after desc_plus moved into nvrtc.PRELUDE.
+#   rows15: the CUDA row kernels (softmax, cross entropy, reduce, rmsnorm, layernorm) after their rewrite: GPU tests,
+#          checked on every set and timed against 287019b's files (bf16 LLaMA, fp16 GPT-2).
+#   final15: rows15, clock15, `verify` of the five CUDA row kernels, their starter-table rows (--repeats 3).
+#   final15b: layernorm's new default: GPU tests, `verify`; calibration; memory-bound table rows (both backends).
+#   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
 #   final6: WG_CLUSTER 2 without the cluster-scope release, checked + timed; the starter table again.
@@ -120,6 +125,27 @@ second_dtypes() {  # the Triton starters at fp16 on the GPT-2 shapes and at fp32
     --dtype fp16 --time-set gpt2 --out "$out/fp16_gpt2"
   step 120 starters_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --no-compile --backends triton \
     --dtype fp32 --out "$out/fp32"
+}
+rows15_round() {  # the CUDA row kernels rewritten (softmax: one SFU exp2 an element from registers; cross entropy and reduce:
+  # UNROLL vectors in flight, one-block mean; rmsnorm / layernorm: weights loaded with x): their GPU tests, then
+  # each checked on every set in bf16 and timed alternating with 287019b's file (benchmarks/variants/base/),
+  # then in fp16 at the GPT-2 shapes
+  step 200 pytest_rows env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+    tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py \
+    -k "row_kernels or (gpu and (softmax or cross_entropy or reduce or rmsnorm or layernorm or flash))"
+  for t in softmax cross_entropy reduce rmsnorm layernorm; do
+    step 150 "variants_$t" python3 benchmarks/variants_gpu.py "$t" --backend cuda \
+      --variants "benchmarks/variants/cuda_rows_$t.json" --sets cpu,edge,odd,gpt2,llama7b --out "$out/$t"
+  done
+  for t in softmax cross_entropy reduce rmsnorm layernorm; do
+    step 120 "variants_${t}_fp16_gpt2" python3 benchmarks/variants_gpu.py "$t" --backend cuda --dtype fp16 \
+      --variants "benchmarks/variants/cuda_rows_$t.json" --sets cpu,gpt2 --time-set gpt2 --out "$out/${t}_fp16_gpt2"
+  done
+}
+clock15_round() {  # is the CUDA matmul's 0.96x at 4096x11008x4096 the kernel or the clock? Sustained back-to-back calls of
+  # cuBLAS, the Gluon and the CUDA kernel in turn (3 s each, twice) with nvidia-smi's SM clock and power beside them
+  step 120 sustained_matmul python3 benchmarks/sustained_clock.py matmul --index 1 --backends triton,cuda \
+    --out "$out/clock"
 }
 case "${1:-check}" in
   check)
@@ -513,6 +539,29 @@ case "${1:-check}" in
     step 90 verify_cuda_flash python3 -m autokernel_ci verify kernels/cuda/flash_attention.py --device cuda \
       --json "$out/verify_cuda_flash.json"
     ;;
+  rows15) rows15_round ;;
+  final15)  # one call for the session (device starts are scarce): rows15, `verify` of the five rewritten CUDA files,
+    # the CUDA memory-bound rows of the starter table (ours / eager / compile in turn three times), clock15
+    rows15_round
+    clock15_round
+    for t in softmax cross_entropy reduce rmsnorm layernorm; do
+      step 60 "verify_cuda_$t" python3 -m autokernel_ci verify "kernels/cuda/$t.py" --device cuda \
+        --json "$out/verify_cuda_$t.json"
+    done
+    step 240 starters_rows python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+      --types softmax,cross_entropy,reduce,rmsnorm,layernorm --backends cuda --out "$out/table"
+    ;;
+  final15b)  # layernorm's new default (128 threads x 4 cached vectors, picked from final15's points): its GPU tests
+    # and `verify`; the memory-bound rows of the starter table, both backends in turn (--repeats 3); calibration
+    step 150 pytest_layernorm env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py -k "layernorm and (norms or gpu)"
+    step 60 verify_cuda_layernorm python3 -m autokernel_ci verify kernels/cuda/layernorm.py --device cuda \
+      --json "$out/verify_cuda_layernorm.json"
+    step 60 gpu_calibrate python3 -m autokernel_ci gpu --calibrate
+    step 240 starters_rows python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+      --types softmax,cross_entropy,reduce,rmsnorm,layernorm --backends triton,cuda --out "$out/table"
+    ;;
+  clock15) clock15_round ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)
     step 150 starters_flash python3 benchmarks/check_starters_gpu.py --skip-check --types flash_attention \

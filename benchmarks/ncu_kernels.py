@@ -28,13 +28,26 @@ from autokernel_ci.specs import get_spec
 WARMUP = 3
 
 
-def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+def add_target_args(ap: argparse.ArgumentParser) -> None:
+    """The kernel type, backends, shape and dtype a profiling script runs (shared with sustained_clock.py)."""
     ap.add_argument("kernel_type")
     ap.add_argument("--backends", default="triton,cuda")
     ap.add_argument("--shape-set", default="llama7b")
     ap.add_argument("--index", type=int, default=0, help="which shape of the set")
     ap.add_argument("--dtype", default="bf16")
+
+
+def target_inputs(args: argparse.Namespace, device: torch.device):
+    """(spec, shape, inputs) of add_target_args' choice, from a fixed seed."""
+    spec = get_spec(args.kernel_type)
+    shape = dict(spec.shape_sets[args.shape_set][args.index])
+    gen = torch.Generator(device=device).manual_seed(0)
+    return spec, shape, spec.make_inputs(shape, dtype_from_name(args.dtype), device, gen)
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    add_target_args(ap)
     ap.add_argument("--no-eager", action="store_true")
     ap.add_argument("--config", type=json.loads, default=None,
                     help="CONFIG overrides (JSON) for one more run of the last backend's starter")
@@ -43,9 +56,7 @@ def main(argv: list[str] | None = None) -> int:
         print("ncu_kernels.py needs a CUDA GPU", file=sys.stderr)
         return 2
     device = torch.device("cuda")
-    spec = get_spec(args.kernel_type)
-    shape = dict(spec.shape_sets[args.shape_set][args.index])
-    inputs = spec.make_inputs(shape, dtype_from_name(args.dtype), device, torch.Generator(device=device).manual_seed(0))
+    spec, shape, inputs = target_inputs(args, device)
     calls = {} if args.no_eager else {"eager": lambda: baselines.eager(spec)(*inputs)}
     paths = {backend: starter_kernel(args.kernel_type, backend) for backend in args.backends.split(",")}
     workdir = Path(tempfile.mkdtemp(prefix="ncu_kernels_"))

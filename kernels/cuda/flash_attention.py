@@ -122,13 +122,6 @@ constexpr int KV_TILE = BN * LD;  // elements of one K or V stage
 static_assert(D % 16 == 0 && D <= 128, "HEAD_DIM must be a multiple of 16 and at most 128");
 static_assert(BN % 16 == 0, "BLOCK_N must be a multiple of 16 (two n8 score tiles per ldmatrix.x4 of K)");
 
-// 2^x on the SFU (ex2.approx.ftz: ~2 ulp; exp2f without fast-math adds denormal scaling around it); 2^-inf = +0.
-__device__ __forceinline__ float fast_exp2(float x) {
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
-    return y;
-}
-
 // Two fp32 values packed as one 16-bit pair (low = lo): P re-enters mma16816 as A fragments.
 template <typename T> struct Op;
 template <> struct Op<__half> {
@@ -465,13 +458,13 @@ __device__ __forceinline__ void consume(T* __restrict__ out, unsigned base, unsi
             mx[r] = fmaxf(mx[r], __shfl_xor_sync(0xffffffffu, mx[r], 2));
             const float m_new = fmaxf(m_row[r], mx[r] * scale_log2);  // scale_log2 > 0 (launcher)
             mu[r] = m_new == -INFINITY ? 0.f : m_new;  // no visible key yet: never inf - inf
-            alpha[r] = fa2::fast_exp2(m_row[r] - mu[r]);
+            alpha[r] = fast_exp2(m_row[r] - mu[r]);
             m_row[r] = m_new;
             l_row[r] *= alpha[r];
         }
 #pragma unroll
         for (int i = 0; i < BN / 2; ++i) {
-            const float p = fa2::fast_exp2(fmaf(sc[i], scale_log2, -mu[(i / 2) % 2]));
+            const float p = fast_exp2(fmaf(sc[i], scale_log2, -mu[(i / 2) % 2]));
             sc[i] = p;
             l_row[(i / 2) % 2] += p;
         }

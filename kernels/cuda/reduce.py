@@ -1,8 +1,8 @@
 """Row sum, CUDA C++ (NVRTC): one row per block (or per warp for short rows), 16-byte loads, fp32 accumulation.
 
-Every row is read once with aligned vector loads (a scalar head and tail handle any row length
-and start), summed per thread in fp32, then across the row's warps with shuffles in a fixed order
-(bitwise deterministic).
+Every row is read once with aligned vector loads, UNROLL a thread in flight (scan_row in nvrtc.PRELUDE; a scalar
+head and tail handle any row length and start), summed per thread in fp32, then across the row's warps with
+shuffles in a fixed order (bitwise deterministic).
 """
 
 import math
@@ -13,10 +13,11 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "reduce"
 BACKEND = "cuda"
-CONFIG = {"THREADS": 512, "VEC_BYTES": 16, "SMALL_N": 2048}
+CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "UNROLL": 4, "SMALL_N": 2048}
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
+    "UNROLL": [1, 2, 4, 8],
     "SMALL_N": [0, 512, 1024, 2048, 4096],
 }
 
@@ -24,26 +25,15 @@ SEARCH_SPACE = {
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
-// Visit every element of a row once as fp32: a few scalar loads up to the first 16-byte boundary,
-// then aligned vectors, then the scalar tail. Works for any row length and any row start, so
-// rows of odd length (V = 50257) still get vector loads.
-template <typename T, int VEC, typename F>
-__device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int tid, int nthreads, F f) {
-    int head = 0;
-    if (VEC > 1) {
-        const int mis = (int)((reinterpret_cast<unsigned long long>(row) / sizeof(T)) % VEC);
-        head = mis ? min(n, VEC - mis) : 0;
-    }
-    for (int i = tid; i < head; i += nthreads) f(to_float(row[i]));
-    const int nvec = (n - head) / VEC;
-    const Vec<T, VEC>* body = reinterpret_cast<const Vec<T, VEC>*>(row + head);
-    for (int i = tid; i < nvec; i += nthreads) {
-        const Vec<T, VEC> v = body[i];
+// The row's running fp32 sum, fed by scan_row (nvrtc.PRELUDE) UNROLL vectors at a time.
+struct RowSum {
+    static __device__ __forceinline__ float pad() { return 0.f; }
+    float acc = 0.f;
+    template <int N> __device__ __forceinline__ void operator()(const float (&v)[N]) {
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) f(to_float(v.v[k]));
+        for (int k = 0; k < N; ++k) acc += v[k];
     }
-    for (int i = head + nvec * VEC + tid; i < n; i += nthreads) f(to_float(row[i]));
-}
+};
 template <typename T, int WPR>
 __device__ __forceinline__ void sum_rows(T* __restrict__ y, const T* __restrict__ x, int rows, int n) {
     __shared__ float red[THREADS / 32];
@@ -52,9 +42,9 @@ __device__ __forceinline__ void sum_rows(T* __restrict__ y, const T* __restrict_
     const int tid = threadIdx.x % GROUP;
     const int row = blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
     const bool valid = row < rows;
-    float acc = 0.f;
-    if (valid) scan_row<T, VEC>(x + (long long)row * n, n, tid, GROUP, [&](float v) { acc += v; });
-    acc = group_sum<WPR>(acc, red);
+    RowSum sum;
+    if (valid) scan_row<T, VEC, UNROLL>(x + (long long)row * n, n, tid, GROUP, sum);
+    const float acc = group_sum<WPR>(sum.acc, red);
     if (valid && tid == 0) y[row] = from_float<T>(acc);
 }
 
@@ -76,7 +66,7 @@ _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 def _defines():
-    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"]}
+    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "UNROLL": CONFIG["UNROLL"]}
 
 
 def cuda_builds():

@@ -1,8 +1,10 @@
 """Softmax over the last dim, CUDA C++ (NVRTC): one row per block (or per warp), 16-byte loads, row kept in registers.
 
-One read of x: each thread folds its vectors into a running (max, sum of exp) pair while caching
-up to CACHE_VECS vectors in registers; the pairs are merged with warp shuffles, then
-exp(x - max) / sum is written from the registers. Masked (-inf) entries give exact zeros.
+One read of x: each thread loads up to CACHE_VECS vectors into registers (all loads in flight at once),
+takes their max, folds any rest of a wider row into a running (max, sum of exp) pair, then takes one
+SFU exp2 per cached element against its own max and keeps it; the pairs are merged with warp shuffles
+and each thread writes its kept exps times 2^(own max - row max) / sum. Masked (-inf) entries give
+exact zeros.
 """
 
 import math
@@ -13,11 +15,12 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "softmax"
 BACKEND = "cuda"
-CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "SMALL_N": 1024}
+CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "UNROLL": 2, "SMALL_N": 1024}
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
     "CACHE_VECS": [1, 2, 4, 8],
+    "UNROLL": [1, 2, 4, 8],
     "SMALL_N": [0, 512, 1024, 2048],
 }
 
@@ -25,22 +28,14 @@ SEARCH_SPACE = {
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
-// Merge running (max, sum of exp(x - max)) pairs; -inf max means "nothing seen yet".
-__device__ __forceinline__ void merge(float& m, float& s, float om, float os) {
-    const float nm = fmaxf(m, om);
-    const float a = (m == -INFINITY) ? 0.f : s * expf(m - nm);
-    const float b = (om == -INFINITY) ? 0.f : os * expf(om - nm);
-    m = nm;
-    s = a + b;
-}
-
+// Merge each thread's (max, sum of exp) pair (online_merge, nvrtc.PRELUDE) over the WPR warps of a row.
 template <int WPR>
 __device__ __forceinline__ void group_max_sum(float& m, float& s, float* red_m, float* red_s) {
 #pragma unroll
     for (int o = 16; o > 0; o >>= 1) {
         const float om = __shfl_xor_sync(0xffffffffu, m, o);
         const float os = __shfl_xor_sync(0xffffffffu, s, o);
-        merge(m, s, om, os);
+        online_merge(m, s, om, os);
     }
     if (WPR == 1) return;
     const int warp = threadIdx.x >> 5;
@@ -50,18 +45,7 @@ __device__ __forceinline__ void group_max_sum(float& m, float& s, float* red_m, 
     m = -INFINITY;
     s = 0.f;
 #pragma unroll
-    for (int i = 0; i < WPR; ++i) merge(m, s, red_m[first + i], red_s[first + i]);
-}
-
-template <typename T, int VEC>
-__device__ __forceinline__ void fold(float& m, float& s, const float (&v)[VEC]) {
-    float vm = v[0];
-#pragma unroll
-    for (int k = 1; k < VEC; ++k) vm = fmaxf(vm, v[k]);
-    if (vm == -INFINITY) return;  // all masked: contributes nothing
-    if (vm > m) { s = (m == -INFINITY) ? 0.f : s * expf(m - vm); m = vm; }
-#pragma unroll
-    for (int k = 0; k < VEC; ++k) s += expf(v[k] - m);
+    for (int i = 0; i < WPR; ++i) online_merge(m, s, red_m[first + i], red_s[first + i]);
 }
 
 template <typename T, int VEC, int WPR>
@@ -77,27 +61,44 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
     V* yr = reinterpret_cast<V*>(y + base);
     const int nvec = valid ? n / VEC : 0;  // the host picks VEC so that VEC divides n
 
+    // A row wider than the registers: the rest streams through the online fold, UNROLL vectors a thread in
+    // flight (2048 x 50257 fp16: 250.7 us with one at a time), and is read again below. It goes
+    // first: the cache is not yet live, so the kernel's registers are the larger of the two, not their sum.
+    OnlineLse lse;
+    const int rest = nvec - CACHE_VECS * GROUP;
+    if (rest > 0) scan_row<T, VEC, UNROLL>(x + base + CACHE_VECS * GROUP * VEC, rest * VEC, tid, GROUP, lse);
+    // Then the first CACHE_VECS * GROUP vectors of the row stay in registers (all their loads issued first);
+    // entries past the row read -inf and add nothing.
     float cache[CACHE_VECS][VEC];
-    float m = -INFINITY, s = 0.f;
 #pragma unroll
     for (int c = 0; c < CACHE_VECS; ++c) {
         const int i = c * GROUP + tid;
-        if (i < nvec) {
-            const V v = xr[i];
+        V v;
+        if (i < nvec) v = xr[i];
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) cache[c][k] = to_float(v.v[k]);
-            fold<T, VEC>(m, s, cache[c]);
+        for (int k = 0; k < VEC; ++k) cache[c][k] = i < nvec ? to_float(v.v[k]) : -INFINITY;
+    }
+    float m = lse.m, s = lse.s;
+#pragma unroll
+    for (int c = 0; c < CACHE_VECS; ++c)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) m = fmaxf(m, cache[c][k]);
+    if (m > lse.m) s *= fast_exp2((lse.m - m) * LOG2E);  // the stream's sum, rescaled to the cached max
+    // One exp a cached entry, against this thread's final max, kept for the write: the 8192-wide LLaMA row
+    // fits (4 vectors x 256 threads x 8), so each element costs one SFU exp2 instead of two accurate expf.
+    const float own_max = m, own_ref = m == -INFINITY ? 0.f : m;  // nothing seen: 2^(-inf - 0) = 0, not NaN
+#pragma unroll
+    for (int c = 0; c < CACHE_VECS; ++c)
+#pragma unroll
+        for (int k = 0; k < VEC; ++k) {
+            cache[c][k] = fast_exp2((cache[c][k] - own_ref) * LOG2E);
+            s += cache[c][k];
         }
-    }
-    for (int i = CACHE_VECS * GROUP + tid; i < nvec; i += GROUP) {
-        const V v = xr[i];
-        float f[VEC];
-#pragma unroll
-        for (int k = 0; k < VEC; ++k) f[k] = to_float(v.v[k]);
-        fold<T, VEC>(m, s, f);
-    }
     group_max_sum<WPR>(m, s, red_m, red_s);
     const float inv = 1.f / s;
+    // The cached exps were taken against own_max: rescale to the row's max m (0 if this thread saw only
+    // -inf; NaN, as torch gives, when the whole row is -inf).
+    const float scale = fast_exp2((own_max - m) * LOG2E) * inv;
 
 #pragma unroll
     for (int c = 0; c < CACHE_VECS; ++c) {
@@ -105,15 +106,16 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
         if (i < nvec) {
             V o;
 #pragma unroll
-            for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(expf(cache[c][k] - m) * inv);
+            for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(cache[c][k] * scale);
             yr[i] = o;
         }
     }
+#pragma unroll 4
     for (int i = CACHE_VECS * GROUP + tid; i < nvec; i += GROUP) {
         const V v = xr[i];
         V o;
 #pragma unroll
-        for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(expf(to_float(v.v[k]) - m) * inv);
+        for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(fast_exp2((to_float(v.v[k]) - m) * LOG2E) * inv);
         yr[i] = o;
     }
 }
@@ -139,7 +141,8 @@ _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 def _defines():
-    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "CACHE_VECS": CONFIG["CACHE_VECS"]}
+    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "CACHE_VECS": CONFIG["CACHE_VECS"],
+            "UNROLL": CONFIG["UNROLL"]}
 
 
 def cuda_builds():

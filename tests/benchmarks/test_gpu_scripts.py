@@ -79,3 +79,14 @@ def test_check_starters_refuses_zero_repeats_with_the_fix(capsys):
     with pytest.raises(SystemExit):
         cs.parse_args(["--repeats", "0"])
     assert "--repeats 0: at least 1 round" in capsys.readouterr().err
+
+
+def test_sustained_clock_refuses_empty_runs_and_counts_cycles(capsys, tmp_path):
+    sc = _script("sustained_clock")
+    assert sc.main(["matmul", "--rounds", "0", "--out", str(tmp_path)]) == 2
+    assert "--rounds 0" in capsys.readouterr().err
+    run = sc.Run("cuda", 0, calls=100, us_per_call=548.0, sm_mhz=1500.0, power_w=700.0, temp_c=60.0, samples=30)
+    assert run.mcycles_per_call == pytest.approx(0.822)  # 548 us x 1.5 GHz
+    poller = sc.Poller()
+    poller.samples = [(1.0, 1980.0, 300.0, 40.0), (2.0, 1500.0, 700.0, 60.0), (3.0, 1600.0, 690.0, 61.0)]
+    assert [s[1] for s in poller.window(1.5, 3.0)] == [1500.0, 1600.0]

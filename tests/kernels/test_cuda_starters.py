@@ -79,7 +79,9 @@ def test_starter_imports_only_torch_math_and_nvrtc(kernel_type):
 
 PRELUDE_DEFINITIONS = ("float to_float(", "T from_float(", "struct alignas(sizeof(T) * N) Vec", "float warp_sum(",
                        "float group_sum(", "#define INFINITY", "unsigned smem_addr(", "void cp_async16(",
-                       "void cp_async_commit(", "void ldsm_x4(", "void ldsm_x4_trans(", "void mma16816")
+                       "void cp_async_commit(", "void ldsm_x4(", "void ldsm_x4_trans(", "void mma16816",
+                       "float fast_exp2(", "void online_merge(", "void online_fold(", "void scan_row(",
+                       "struct OnlineLse")
 
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
