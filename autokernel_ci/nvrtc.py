@@ -129,6 +129,24 @@ __device__ __forceinline__ void online_fold(float& m, float& s, const float (&v)
     for (int k = 0; k < N; ++k) s += fast_exp2((v[k] - m) * LOG2E);
 }
 
+// One vector load, plain or (STREAM) marked evict-first (ld.global.cs: data read once should not push out what
+// is read again); 4-, 8- and 16-byte vectors, anything else loads plainly.
+template <bool STREAM, typename V>
+__device__ __forceinline__ V load_vec(const V* p) {
+    if constexpr (STREAM && sizeof(V) == 16) {
+        const uint4 r = __ldcs(reinterpret_cast<const uint4*>(p));
+        return *reinterpret_cast<const V*>(&r);  // same size and alignment: the registers, renamed
+    } else if constexpr (STREAM && sizeof(V) == 8) {
+        const uint2 r = __ldcs(reinterpret_cast<const uint2*>(p));
+        return *reinterpret_cast<const V*>(&r);  // same size and alignment: the registers, renamed
+    } else if constexpr (STREAM && sizeof(V) == 4) {
+        const unsigned int r = __ldcs(reinterpret_cast<const unsigned int*>(p));
+        return *reinterpret_cast<const V*>(&r);  // same size and alignment: the registers, renamed
+    } else {
+        return *p;
+    }
+}
+
 // The running pair as a scan_row functor (below): one rescale per call, one SFU exp2 per value.
 struct OnlineLse {
     static __device__ __forceinline__ float pad() { return -INFINITY; }  // INFINITY is not constexpr in NVRTC
@@ -141,8 +159,9 @@ struct OnlineLse {
 // time), then the scalar tail. Any row length and start: rows of odd length (V = 50257) still get vectors.
 // (LOADS, not UNROLL: a template parameter must not share a name with a kernel's -D define.)
 // f is a functor with `template <int N> void operator()(const float (&v)[N])` and `static float pad()`
-// (what a missing element reads as: 0 for a sum, -inf for a max); it sees 1 or LOADS * VEC values.
-template <typename T, int VEC, int LOADS, typename F>
+// (what a missing element reads as: 0 for a sum, -inf for a max); it sees 1 or LOADS * VEC values. STREAM: the
+// vectors are loaded evict-first (load_vec).
+template <typename T, int VEC, int LOADS, bool STREAM = false, typename F>
 __device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int tid, int nthreads, F& f) {
     int head = 0;
     if (VEC > 1) {
@@ -156,7 +175,7 @@ __device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int t
         Vec<T, VEC> raw[LOADS];
 #pragma unroll
         for (int u = 0; u < LOADS; ++u)
-            if (i0 + u * nthreads < nvec) raw[u] = body[i0 + u * nthreads];
+            if (i0 + u * nthreads < nvec) raw[u] = load_vec<STREAM>(body + i0 + u * nthreads);
         float vals[LOADS * VEC];
 #pragma unroll
         for (int u = 0; u < LOADS; ++u) {

@@ -72,6 +72,8 @@
 #          checked on every set and timed against 287019b's files (bf16 LLaMA, fp16 GPT-2).
 #   final15: rows15, clock15, `verify` of the five CUDA row kernels, their starter-table rows (--repeats 3).
 #   final15b: layernorm's new default: GPU tests, `verify`; calibration; memory-bound table rows (both backends).
+#   evict15: EVICT_FIRST on the CUDA reduce and cross entropy: GPU tests, checked + timed against it off.
+#   final15c: `verify` of the CUDA reduce / cross entropy at their EVICT_FIRST defaults, their table rows.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -560,6 +562,26 @@ case "${1:-check}" in
     step 60 gpu_calibrate python3 -m autokernel_ci gpu --calibrate
     step 240 starters_rows python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
       --types softmax,cross_entropy,reduce,rmsnorm,layernorm --backends triton,cuda --out "$out/table"
+    ;;
+  evict15)  # EVICT_FIRST (ld.global.cs) on the CUDA reduce and cross entropy: their GPU tests at the new default, then
+    # each checked on every set and timed alternating with EVICT_FIRST off, bf16 LLaMA and fp16 GPT-2
+    step 150 pytest_evict env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py \
+      -k "(cross_entropy or reduce) and (row_kernels or gpu or loads or degenerate)"
+    for t in reduce cross_entropy; do
+      step 100 "variants_$t" python3 benchmarks/variants_gpu.py "$t" --backend cuda \
+        --variants "benchmarks/variants/cuda_evict_$t.json" --sets cpu,edge,odd,gpt2,llama7b --out "$out/$t"
+      step 100 "variants_${t}_fp16_gpt2" python3 benchmarks/variants_gpu.py "$t" --backend cuda --dtype fp16 \
+        --variants "benchmarks/variants/cuda_evict_$t.json" --sets cpu,gpt2 --time-set gpt2 --out "$out/${t}_fp16"
+    done
+    ;;
+  final15c)  # the EVICT_FIRST defaults (reduce on, cross entropy off): `verify` of both files, their table rows
+    for t in reduce cross_entropy; do
+      step 60 "verify_cuda_$t" python3 -m autokernel_ci verify "kernels/cuda/$t.py" --device cuda \
+        --json "$out/verify_cuda_$t.json"
+    done
+    step 150 starters_rows python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+      --types reduce,cross_entropy --backends triton,cuda --out "$out/table"
     ;;
   clock15) clock15_round ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed

@@ -13,11 +13,14 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "reduce"
 BACKEND = "cuda"
-CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "UNROLL": 4, "SMALL_N": 2048}
+CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "UNROLL": 4, "EVICT_FIRST": True, "SMALL_N": 2048}
+# EVICT_FIRST: x's vectors are loaded evict-first (ld.global.cs), each being read once: on an H100 (round evict15,
+# bf16 8192 x 8192, alternating) 50.7 us against 56.3 us without, the same-bytes copy's 49.9 us.
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
     "UNROLL": [1, 2, 4, 8],
+    "EVICT_FIRST": [False, True],
     "SMALL_N": [0, 512, 1024, 2048, 4096],
 }
 
@@ -43,7 +46,7 @@ __device__ __forceinline__ void sum_rows(T* __restrict__ y, const T* __restrict_
     const int row = blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
     const bool valid = row < rows;
     RowSum sum;
-    if (valid) scan_row<T, VEC, UNROLL>(x + (long long)row * n, n, tid, GROUP, sum);
+    if (valid) scan_row<T, VEC, UNROLL, EVICT_FIRST>(x + (long long)row * n, n, tid, GROUP, sum);
     const float acc = group_sum<WPR>(sum.acc, red);
     if (valid && tid == 0) y[row] = from_float<T>(acc);
 }
@@ -66,7 +69,8 @@ _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 
 
 def _defines():
-    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "UNROLL": CONFIG["UNROLL"]}
+    return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "UNROLL": CONFIG["UNROLL"],
+            "EVICT_FIRST": int(CONFIG["EVICT_FIRST"])}
 
 
 def cuda_builds():

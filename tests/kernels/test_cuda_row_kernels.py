@@ -1,6 +1,7 @@
 """The CUDA row kernels' paths the spec sets reach only at one CONFIG: softmax rows wider than its registers and
 threads that see only -inf, cross entropy's loads in flight (UNROLL), misaligned rows and its one-block mean,
-reduce's UNROLL. On the GPU (AUTOKERNEL_TEST_DEVICE=cuda machines); the CPU runs compile them (test_cuda_starters).
+reduce's UNROLL, both with and without evict-first loads; the norms' weights loaded with x. On the GPU
+(AUTOKERNEL_TEST_DEVICE=cuda machines); the CPU runs compile them (test_cuda_starters).
 """
 
 from __future__ import annotations
@@ -61,7 +62,7 @@ def test_softmax_all_masked_row_is_nan_like_torch(dtype):
 
 
 @pytest.mark.parametrize("config", [{}, {"UNROLL": 1, "THREADS": 128}, {"UNROLL": 8, "THREADS": 1024},
-                                    {"VEC_BYTES": 8, "UNROLL": 2}])
+                                    {"VEC_BYTES": 8, "UNROLL": 2}, {"EVICT_FIRST": False}])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("v", [32000, 50257, 129])
 def test_cross_entropy_loads_in_flight_and_misaligned_rows(config, dtype, v):
@@ -86,7 +87,8 @@ def test_cross_entropy_degenerate_batches_give_torch_s_nan():
     assert module.kernel_fn(logits, bad).isnan().item()
 
 
-@pytest.mark.parametrize("config", [{}, {"UNROLL": 1}, {"UNROLL": 8, "THREADS": 128}, {"SMALL_N": 0, "UNROLL": 4}])
+@pytest.mark.parametrize("config", [{}, {"UNROLL": 1}, {"UNROLL": 8, "THREADS": 128}, {"SMALL_N": 0, "UNROLL": 4},
+                                    {"EVICT_FIRST": False, "VEC_BYTES": 8}])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [8192, 3001, 65537])
 def test_reduce_unrolled_loads(config, dtype, n):
