@@ -77,7 +77,7 @@ template <> __device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(f
 template <typename T, int N> struct alignas(sizeof(T) * N) Vec { T v[N]; };
 
 // 2^x on the SFU (ex2.approx.ftz: ~2 ulp, one MUFU instruction; exp2f without fast-math adds denormal scaling
-// around it, expf a range reduction too); 2^-inf = +0. e^(x - m) is fast_exp2(x * LOG2E - m * LOG2E).
+// around it, expf a range reduction too); 2^-inf = +0. e^(x - m) is fast_exp2((x - m) * LOG2E).
 constexpr float LOG2E = 1.4426950408889634f;
 __device__ __forceinline__ float fast_exp2(float x) {
     float y;
@@ -433,8 +433,11 @@ It provides `<cuda_fp16.h>`, `<cuda_bf16.h>`, `INFINITY` (NVRTC has no `<math.h>
 (N elements as one aligned 4/8/16-byte access, members `.v[k]`), `warp_sum(v)` (full-warp shuffle sum)
 and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__shared__ float[warps]`;
 it syncs the block when WPR > 1, so every thread must call it), `fast_exp2(x)` (2^x on the SFU, ~2 ulp) and
-`LOG2E`. On sm_80+ also the tensor-core building
-blocks: `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`), `cp_async_commit()`,
+`LOG2E`; for one-read row kernels `online_merge` / `online_fold<N>` (running max and sum of exp), the functor
+`OnlineLse`, `load_vec<STREAM>(p)` (a vector load, evict-first when STREAM) and `scan_row<T, VEC, LOADS[,
+STREAM]>(row, n, tid, nthreads, f)` (every element of a row once, LOADS vectors a thread in flight, handed to the
+functor f). On sm_80+ also the tensor-core building blocks:
+`smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`), `cp_async_commit()`,
 `cp_async_wait<N>()`, `ldsm_x4` / `ldsm_x4_trans` (ldmatrix .x4) and `mma16816<T>(c, a, b0, b1)`
 (mma.sync m16n8k16, fp32 accumulate). On the arch-specific sm_90a target only (`__CUDA_ARCH_FEAT_SM90_ALL`):
 the Hopper blocks `mbar_init` / `mbar_arrive_expect_tx` / `mbar_arrive` / `mbar_wait`, `tma_load_2d`,
