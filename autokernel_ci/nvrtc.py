@@ -859,10 +859,12 @@ def kernel_args(args: Iterable[Any], device_index: int) -> list[Any]:
     return out
 
 
-# A launch may ask for up to 48 KiB of dynamic shared memory as is; more needs a per-kernel opt-in
-# (Hopper allows 227 KiB a block: a 4-stage 128x128x64 bf16 GEMM pipeline needs 128 KiB).
+# A launch may use up to 48 KiB of shared memory, static and dynamic together, as is; more needs a per-kernel opt-in
+# of the dynamic part (Hopper allows 227 KiB a block: a 4-stage 128x128x64 bf16 GEMM pipeline needs 128 KiB). A
+# kernel with 1 KiB of static reduction buffers and exactly 48 KiB dynamic is past it (CUDA_ERROR_INVALID_VALUE).
 STATIC_SHARED_LIMIT = 48 * 1024
 _SHARED_OPT_IN: dict[tuple[int, str, str], int] = {}
+_STATIC_SHARED: dict[tuple[int, str, str], int] = {}
 
 
 SM90_SHARED_BYTES = 227 * 1024  # opt-in dynamic shared memory a block on sm_90 (H100 / H200)
@@ -876,17 +878,36 @@ def shared_memory_limit(device: torch.device) -> int:
     return torch.cuda.get_device_properties(device).shared_memory_per_block_optin
 
 
-def _allow_shared(kernel: Kernel, handle: Any, nbytes: int, dev: int) -> None:
-    """Raise the kernel's dynamic shared-memory limit to nbytes on device dev (once per size)."""
+def _static_shared(kernel: Kernel, handle: Any, dev: int) -> int:
+    """Bytes of __shared__ arrays the kernel declares (the driver's CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES), once."""
+    key = (dev, kernel.module.key, kernel.name)
+    if key not in _STATIC_SHARED:
+        from cuda.bindings import driver
+
+        attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES
+        raw = getattr(handle, "handle", handle)
+        if isinstance(raw, driver.CUkernel):
+            err, value = driver.cuKernelGetAttribute(attr, raw, driver.CUdevice(dev))
+        else:
+            err, value = driver.cuFuncGetAttribute(attr, raw)
+        if err != driver.CUresult.CUDA_SUCCESS:
+            raise LaunchError(f"could not read the static shared memory of {kernel.name}: {err}")
+        _STATIC_SHARED[key] = int(value)
+    return _STATIC_SHARED[key]
+
+
+def _allow_shared(kernel: Kernel, handle: Any, nbytes: int, dev: int, static: int = 0) -> None:
+    """Raise the kernel's dynamic shared-memory limit to nbytes on device dev (once per size); `static` bytes of
+    __shared__ arrays come on top of them."""
     key = (dev, kernel.module.key, kernel.name)
     if _SHARED_OPT_IN.get(key, 0) >= nbytes:
         return
     from cuda.bindings import driver
 
     limit = shared_memory_limit(torch.device("cuda", dev))
-    if nbytes > limit:
-        raise LaunchError(f"kernel {kernel.name} asks for {nbytes} bytes of shared memory, device {dev} allows "
-                          f"{limit} a block: use smaller tiles or fewer pipeline stages")
+    if nbytes + static > limit:
+        raise LaunchError(f"kernel {kernel.name} asks for {nbytes} bytes of shared memory (+ {static} static), "
+                          f"device {dev} allows {limit} a block: use smaller tiles or fewer pipeline stages")
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     raw = getattr(handle, "handle", handle)
     if isinstance(raw, driver.CUkernel):  # cuLibrary-loaded code (cuda.core's ObjectCode)
@@ -924,8 +945,11 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         raise LaunchError(f"kernel {kernel.name} was built for {kernel.module.arch}, device {dev} is "
                           f"{device_arch(dev)}: build with arch=None (or arch_specific(device_arch()))")
     handle = kernel.module.kernel(kernel.name).handle  # per-device handle (loaded once per device)
-    if shared_mem > STATIC_SHARED_LIMIT:
-        _allow_shared(kernel, handle, int(shared_mem), dev)
+    if shared_mem > 0:
+        # Past 48 KiB with the static arrays counted: opt in (the static size is read once a kernel)
+        static = _static_shared(kernel, handle, dev)
+        if shared_mem + static > STATIC_SHARED_LIMIT:
+            _allow_shared(kernel, handle, int(shared_mem), dev, static)
     values = kernel_args(args, dev)
     stream = _stream(dev)
     grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")

@@ -74,6 +74,9 @@
 #   final15b: layernorm's new default: GPU tests, `verify`; calibration; memory-bound table rows (both backends).
 #   evict15: EVICT_FIRST on the CUDA reduce and cross entropy: GPU tests, checked + timed against it off.
 #   final15c: `verify` of the CUDA reduce / cross entropy at their EVICT_FIRST defaults, their table rows.
+#   final16: softmax at UNROLL 4, launches counting static shared memory: GPU tests, `verify`, timed, table rows.
+#   round16: the CUDA matmul's leaner consumer loop and the softmax's vector / shared-memory wide rows: GPU tests,
+#          `verify`, timed against bc1752e; the matmul's sustained clock and table rows; final15c.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -117,6 +120,16 @@ kernel_checks() {  # kernel_checks NAME KERNEL_FILE FILTER TEST_FILE...: the GPU
     -k "$filter"
   step 90 "verify_$name" python3 -m autokernel_ci verify "$file" --device cuda --json "$out/verify_$name.json"
 }
+cuda_matmul_against_base() {  # cuda_matmul_against_base NAME VARIANTS: the CUDA matmul's GPU tests and `verify`, then
+  # the points of VARIANTS (an earlier file from benchmarks/variants/base/ alternating with the committed one) checked
+  # on every set and timed in bf16 (variants_NAME), and checked at the cpu / LLaMA sets and timed in fp16
+  kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
+    tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+  step 200 "variants_$1" python3 benchmarks/variants_gpu.py matmul --backend cuda \
+    --variants "$2" --sets cpu,edge,odd,gpt2,llama7b --out "$out/$1"
+  step 120 "variants_$1_fp16" python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype fp16 \
+    --variants "$2" --sets cpu,llama7b --out "$out/$1_fp16"
+}
 triton_attention_checks() {  # the Triton attention's GPU tests (every spec set, the Gluon kernel's cases and
   # fallbacks) and `verify` of the file as it is
   kernel_checks triton_flash kernels/triton/flash_attention.py "flash_attention or gluon" \
@@ -148,6 +161,14 @@ clock15_round() {  # is the CUDA matmul's 0.96x at 4096x11008x4096 the kernel or
   # cuBLAS, the Gluon and the CUDA kernel in turn (3 s each, twice) with nvidia-smi's SM clock and power beside them
   step 120 sustained_matmul python3 benchmarks/sustained_clock.py matmul --index 1 --backends triton,cuda \
     --out "$out/clock"
+}
+final15c_round() {  # the EVICT_FIRST defaults (reduce on, cross entropy off): `verify` of both files, their table rows
+  for t in reduce cross_entropy; do
+    step 60 "verify_cuda_$t" python3 -m autokernel_ci verify "kernels/cuda/$t.py" --device cuda \
+      --json "$out/verify_cuda_$t.json"
+  done
+  step 150 starters_rows python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+    --types reduce,cross_entropy --backends triton,cuda --out "$out/table"
 }
 case "${1:-check}" in
   check)
@@ -522,12 +543,7 @@ case "${1:-check}" in
   mm_uniform)  # the CUDA matmul's consumer as a template on its warpgroup (uniform wgmma descriptors, 66 SASS
     # instructions a K slice instead of 93): GPU tests, `verify`, timed alternating with 2673f77's file (carried in
     # benchmarks/variants/base/) in bf16, then fp16
-    kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
-      tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
-    step 200 variants_mm_uniform python3 benchmarks/variants_gpu.py matmul --backend cuda \
-      --variants benchmarks/variants/cuda_matmul_uniform.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/mm_uniform"
-    step 100 variants_mm_uniform_fp16 python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype fp16 \
-      --variants benchmarks/variants/cuda_matmul_uniform.json --sets cpu,llama7b --out "$out/mm_uniform_fp16"
+    cuda_matmul_against_base mm_uniform benchmarks/variants/cuda_matmul_uniform.json
     ;;
   final14)  # the GEMM and attention rows of the starter table after the CUDA matmul's uniform descriptors, ours /
     # eager / compile in turn five times
@@ -575,15 +591,40 @@ case "${1:-check}" in
         --variants "benchmarks/variants/cuda_evict_$t.json" --sets cpu,gpt2 --time-set gpt2 --out "$out/${t}_fp16"
     done
     ;;
-  final15c)  # the EVICT_FIRST defaults (reduce on, cross entropy off): `verify` of both files, their table rows
-    for t in reduce cross_entropy; do
-      step 60 "verify_cuda_$t" python3 -m autokernel_ci verify "kernels/cuda/$t.py" --device cuda \
-        --json "$out/verify_cuda_$t.json"
-    done
-    step 150 starters_rows python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
-      --types reduce,cross_entropy --backends triton,cuda --out "$out/table"
-    ;;
+  final15c) final15c_round ;;
   clock15) clock15_round ;;
+  final16)  # softmax at UNROLL 4 (its default then) and nvrtc.launch counting static shared memory toward 48 KiB: every CUDA
+    # starter's GPU tests and the launch tests, `verify` of the softmax, alternating with bc1752e's file (bf16 LLaMA,
+    # fp16 GPT-2), the softmax / cross entropy rows of the starter table (both backends) in bf16 and fp16 GPT-2
+    kernel_checks cuda_softmax kernels/cuda/softmax.py "gpu or softmax or shared or launch" tests/test_nvrtc.py \
+      tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py
+    step 150 variants_softmax python3 benchmarks/variants_gpu.py softmax --backend cuda \
+      --variants benchmarks/variants/cuda_softmax_final16.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/softmax"
+    step 120 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend cuda --dtype fp16 \
+      --variants benchmarks/variants/cuda_softmax_final16.json --sets cpu,gpt2 --time-set gpt2 \
+      --out "$out/softmax_fp16_gpt2"
+    step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
+      --backends triton,cuda --out "$out/table"
+    step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+      --types softmax,cross_entropy --backends triton,cuda --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
+    ;;
+  round16)  # (1) the CUDA matmul's consumer with ring counters and pinned descriptor words (45 SASS instructions a
+    # K slice, 62 before): GPU tests, `verify`, alternating with bc1752e's file (carry benchmarks/variants/base) in
+    # bf16 and fp16, the sustained-clock comparison, the matmul rows (ours / eager / compile in turn three times);
+    # (2) the CUDA softmax with vectors on rows between vector boundaries and wide rows kept in shared memory: GPU
+    # tests, `verify`, alternating with bc1752e's file in bf16 (LLaMA) and fp16 (GPT-2); (3) final15c
+    cuda_matmul_against_base mm_lean benchmarks/variants/cuda_matmul_lean.json
+    kernel_checks cuda_softmax kernels/cuda/softmax.py "softmax" tests/kernels/test_cuda_row_kernels.py \
+      tests/kernels/test_cuda_starters.py
+    step 150 variants_softmax python3 benchmarks/variants_gpu.py softmax --backend cuda \
+      --variants benchmarks/variants/cuda_softmax_smem.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/softmax"
+    step 120 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend cuda --dtype fp16 \
+      --variants benchmarks/variants/cuda_softmax_smem.json --sets cpu,gpt2 --time-set gpt2 --out "$out/softmax_fp16_gpt2"
+    clock15_round
+    step 200 starters_matmul python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types matmul \
+      --backends triton,cuda --out "$out/table_mm"
+    final15c_round
+    ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)
     step 150 starters_flash python3 benchmarks/check_starters_gpu.py --skip-check --types flash_attention \

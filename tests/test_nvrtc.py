@@ -272,13 +272,34 @@ extern "C" __global__ void reverse_through_shared(float* out, const float* in, i
 @needs_gpu
 @pytest.mark.parametrize("kib", [16, 100, 200])
 def test_launch_with_more_than_48_kib_of_dynamic_shared_memory(kib):
-    n = kib * 1024 // 4
+    _reverse_through_shared(BIG_SHARED, "reverse_through_shared", kib * 1024 // 4)
+
+
+def _reverse_through_shared(source: str, name: str, n: int) -> None:
+    """Launch `name` (it reverses n floats through n * 4 bytes of dynamic shared memory) and check its output."""
     x = torch.randn(n, device="cuda")
     y = torch.full_like(x, float("nan"))
-    kernel = nvrtc.compile_kernel(BIG_SHARED, "reverse_through_shared")
+    kernel = nvrtc.compile_kernel(source, name)
     nvrtc.launch(kernel, grid=(1,), block=(256,), args=(y, x, nvrtc.i32(n)), shared_mem=n * 4)
     torch.cuda.synchronize()
     torch.testing.assert_close(y, x.flip(0))
+
+
+STATIC_AND_DYNAMIC = r"""
+extern "C" __global__ void reverse_with_static(float* out, const float* in, int n) {
+    __shared__ float first[256];   // 1 KiB of static shared memory ...
+    extern __shared__ float buf[];  // ... on top of exactly 48 KiB dynamic: past the limit without opting in
+    for (int i = threadIdx.x; i < n; i += blockDim.x) buf[i] = in[i];
+    if (threadIdx.x < 256) first[threadIdx.x] = in[n - 1 - threadIdx.x];  // the first 256 outputs come from here
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += blockDim.x) out[i] = i < 256 ? first[i] : buf[n - 1 - i];
+}
+"""
+
+
+@needs_gpu
+def test_static_shared_memory_counts_toward_the_48_kib_launch_limit():
+    _reverse_through_shared(STATIC_AND_DYNAMIC, "reverse_with_static", 48 * 1024 // 4)
 
 
 @needs_gpu

@@ -561,18 +561,25 @@ __device__ __forceinline__ void store_tile_tma(const float (&acc)[WG_BN / 2], co
 }
 #endif
 
+// x, as a value the compiler cannot see into (so it keeps x in a register instead of recomputing it where used).
+__device__ __forceinline__ unsigned opaque(unsigned x) {
+    asm volatile("mov.b32 %0, %0;\n" : "+r"(x));
+    return x;
+}
+
 // The consumer warpgroup WG (1: rows 0-63 of each tile, 2: rows 64-127) of wgmma_gemm below, a template on WG so
 // that every wgmma descriptor is warp-uniform to ptxas: built once and advanced by constant offsets in uniform
 // registers. With the index read from threadIdx (vector registers) the 4 wgmma of a K slice had their descriptors
 // rebuilt and moved to uniform registers: 93 SASS instructions a slice; 70.7 M executed at 4096x11008x4096 against
-// 41.1 M for the Gluon kernel and 43.1 M for cuBLAS (ncu), where the GPU runs at its power limit (1.62 GHz).
+// 41.1 M for the Gluon kernel and 43.1 M for cuBLAS (ncu), where the GPU runs at its power limit (1.62 GHz). With the
+// ring counters and pinned descriptor words below the slice is 45 instructions (62 before; nvcc 13.0, sm_90a).
 template <int WG, typename T, bool B_KMAJOR>
 __device__ __forceinline__ void wgmma_consume(T* __restrict__ out, const void* map_out, int m, int n, unsigned base,
                                               unsigned out_tile, unsigned bars, int ctiles, int ktiles, unsigned rank,
                                               int first, int step) {
     constexpr int wg = WG;
     // Stage 0's descriptors: this warpgroup's 64 rows of 128 bytes in the A tile, and the B tile; stage s and k step
-    // ks add s * WG_STAGE_BYTES and the step's offset (desc_plus).
+    // ks add s * WG_STAGE_BYTES and the step's offset to the start-address word (below).
     const unsigned long long da0 = wg_desc(base + (WG - 1) * 64 * 128, 16, 1024);
     const unsigned long long db0 = B_KMAJOR ? wg_desc(base + WG_A_BYTES, 16, 1024)
                                             : wg_desc(base + WG_A_BYTES, 8192, 1024);
@@ -583,9 +590,19 @@ __device__ __forceinline__ void wgmma_consume(T* __restrict__ out, const void* m
     // producer does for its maps (a map's bytes may be reused for another tensor's after nvrtc's cache evicts it).
     if (WG_TMA_STORE && t == 0 && map_out != nullptr) tensormap_acquire(map_out);
     float acc[WG_BN / 2];
-    int it = 0;
+    // The ring position of this block's next K slice, run on across its tiles: the stage, the parity of the stage's
+    // full-barrier phase, and the stage the slice before read (freed one slice late). Counters instead of it % STAGES
+    // and it / STAGES: the signed divisions took 8 SASS instructions a slice.
+    unsigned stage = 0, parity = 0, prev = 0;
+    // The descriptors' low words (start address / 16 in bits 0-13, LBO above; the SBO and swizzle word stays
+    // constant): stage s, k step ks of the A and B tiles start s * WG_STAGE_BYTES + 32 ks (A, K-major B) or + 2048 ks
+    // (N-major B) bytes further. A shared address stays below 228 KiB, so address / 16 < 2^14: the field never
+    // carries into LBO (as desc_plus in nvrtc.PRELUDE).
+    // Pinned through an opaque move: otherwise ptxas rebuilt both words from the shared base in every slice (8 SASS).
+    const unsigned da_lo = opaque((unsigned)da0), db_lo = opaque((unsigned)db0);
+    const unsigned long long da_hi = da0 & 0xFFFFFFFF00000000ull, db_hi = db0 & 0xFFFFFFFF00000000ull;
     // Frees stage s in every CTA of the cluster (each CTA's producer refills its own and the others' stages).
-    auto release = [&](int s) {
+    auto release = [&](unsigned s) {
         if (lane != 0) return;
         mbar_arrive(bars + 8 * (WG_STAGES + s));
         if (WG_CLUSTER > 1) mbar_arrive_cluster(bars + 8 * (WG_STAGES + s), rank ^ 1);
@@ -595,27 +612,32 @@ __device__ __forceinline__ void wgmma_consume(T* __restrict__ out, const void* m
         origin.x += rank * WG_BM;
 #pragma unroll
         for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.f;
-        for (int kt = 0; kt < ktiles; ++kt, ++it) {
-            const int s = it % WG_STAGES;
-            mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1);
+        for (int kt = 0; kt < ktiles; ++kt) {
+            mbar_wait(bars + 8 * stage, parity);
             wg_fence_acc(acc);
             wg_fence();
+            const unsigned at = stage * (WG_STAGE_BYTES >> 4);
 #pragma unroll
             for (int ks = 0; ks < WG_BK / 16; ++ks) {
-                const unsigned long long da = desc_plus(da0, s * WG_STAGE_BYTES + 32 * ks);
-                const unsigned long long db = desc_plus(db0, s * WG_STAGE_BYTES + (B_KMAJOR ? 32 : 2048) * ks);
+                const unsigned long long da = da_hi | (da_lo + at + 2 * ks);
+                const unsigned long long db = db_hi | (db_lo + at + (B_KMAJOR ? 2 : 128) * ks);
                 Wgmma<T, WG_BN, B_KMAJOR ? 0 : 1>::run(acc, da, db, 1);
             }
             wg_commit();
             // Keep this slice's 4 wgmma in flight; the previous slice's have completed: free its stage.
             wg_wait<1>();
             wg_fence_acc(acc);
-            if (kt > 0) release((it - 1) % WG_STAGES);
+            if (kt > 0) release(prev);
+            prev = stage;
+            if (++stage == WG_STAGES) {
+                stage = 0;
+                parity ^= 1;
+            }
         }
         wg_wait<0>();
         wg_fence_acc(acc);
         // The tile's last slice is read: free its stage before the epilogue, so the producer can refill it.
-        release((it - 1) % WG_STAGES);
+        release(prev);
 
         if (WG_TMA_STORE && map_out != nullptr) {
             store_tile_tma<T>(acc, map_out, out_tile + (wg - 1) * (WG_OUT_BYTES / 2), wg, t, warp, lane,

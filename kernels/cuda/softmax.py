@@ -1,10 +1,11 @@
 """Softmax over the last dim, CUDA C++ (NVRTC): one row per block (or per warp), 16-byte loads, row kept in registers.
 
 One read of x: each thread folds any part of a wider row past its registers into a running (max, sum of
-exp) pair, loads up to CACHE_VECS vectors into registers (all loads in flight at once), takes their max, then one
-SFU exp2 per cached element against its own max and keeps it; the pairs are merged with warp shuffles
-and each thread writes its kept exps times 2^(own max - row max) / sum. Masked (-inf) entries give
-exact zeros.
+exp) pair (keeping up to ROW_SMEM_KB of those vectors in shared memory for the write), loads up to CACHE_VECS
+vectors into registers (all loads in flight at once), takes their max, then one SFU exp2 per cached element
+against its own max and keeps it; the pairs are merged with warp shuffles and each thread writes its kept exps
+times 2^(own max - row max) / sum. Rows of any length take vectors (a scalar head and tail where a row starts
+between vector boundaries). Masked (-inf) entries give exact zeros.
 """
 
 import math
@@ -15,13 +16,24 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "softmax"
 BACKEND = "cuda"
-CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "UNROLL": 2, "SMALL_N": 1024}
+# ROW_SMEM_KB: shared memory a block may use to keep the part of a wide row past its registers between the read and
+# the write (the rows-per-block kernels of rows <= SMALL_N never need it). 100 KiB: two blocks an SM on sm_90 (227
+# KiB a block, 228 an SM) hold a 50257-wide fp16 row each; 0 reads that part twice from memory. On an H100 (round
+# round16, alternating with bc1752e's file, which read such rows one element at a time): fp16 2048 x 50257 338.2 ->
+# 176.4 us (eager 204.3), 204.7 with ROW_SMEM_KB 0, 161.2 at UNROLL 4, 152.8 at 512 threads x UNROLL 4 (slower at
+# LLaMA's 8192: 210 us, half its cache empty); bf16 8192 x 8192 94.2-94.9 us for all of them, 94.8 for bc1752e. On
+# the H200 (final16): UNROLL 2 144.5 us against 277.4 (eager 182.7) and 71.7 against 70.3 us at LLaMA's 8192; UNROLL
+# 4 131.8 us but 80.8 at 8192, although that row never streams: the loop's registers (80 against 63 at UNROLL 2) leave
+# 3 blocks an SM instead of 4. UNROLL 2 is the default; a build without the loop for rows the registers hold would
+# let the wide rows take UNROLL 4 (not yet measured).
+CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "UNROLL": 2, "SMALL_N": 1024, "ROW_SMEM_KB": 100}
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
     "CACHE_VECS": [1, 2, 4, 8],
     "UNROLL": [1, 2, 4, 8],
     "SMALL_N": [0, 512, 1024, 2048],
+    "ROW_SMEM_KB": [0, 48, 100, 200],
 }
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
@@ -49,25 +61,60 @@ __device__ __forceinline__ void group_max_sum(float& m, float& s, float* red_m, 
 }
 
 template <typename T, int VEC, int WPR>
-__device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, int rows, int n) {
+__device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, int rows, int n, int svecs) {
     __shared__ float red_m[THREADS / 32], red_s[THREADS / 32];
+    // Vectors of a wide row past the register cache, kept from the first read for the write (svecs of them; the
+    // launcher sizes it, 0 in the rows-per-warp kernels): the row is read from memory once instead of twice.
+    extern __shared__ __align__(16) unsigned char row_smem[];
     constexpr int GROUP = WPR * 32;
     using V = Vec<T, VEC>;
     const int tid = threadIdx.x % GROUP;
     const int row = blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
     const bool valid = row < rows;
     const long long base = (long long)(valid ? row : 0) * n;
-    const V* xr = reinterpret_cast<const V*>(x + base);
-    V* yr = reinterpret_cast<V*>(y + base);
-    const int nvec = valid ? n / VEC : 0;  // the host picks VEC so that VEC divides n
+    const T* xrow = x + base;
+    T* yrow = y + base;
+    const int len = valid ? n : 0;
+    // Where VEC does not divide n (GPT-2's 50257) rows start between vector boundaries: the elements before the
+    // first boundary (head) and past the last whole vector (tail), fewer than VEC each, go one at a time and the
+    // body as vectors. x and y rows share the offset (the launcher checks both bases are VEC_BYTES aligned).
+    // Scalar loads of the whole row, as before, ran the 2048 x 50257 fp16 softmax at 0.60x eager (H100).
+    int head = 0;
+    if (VEC > 1) {
+        const int mis = (int)((reinterpret_cast<unsigned long long>(xrow) / sizeof(T)) % VEC);
+        head = mis ? min(len, VEC - mis) : 0;
+    }
+    const int nvec = (len - head) / VEC;
+    const int tail = head + nvec * VEC;
+    const V* xr = reinterpret_cast<const V*>(xrow + head);
+    V* yr = reinterpret_cast<V*>(yrow + head);
+    V* kept = reinterpret_cast<V*>(row_smem);
+    if (GROUP != THREADS) svecs = 0;  // several rows a block: no per-row shared buffer
 
-    // A row wider than the registers: the rest streams through the online fold, UNROLL vectors a thread in
-    // flight, and is read again below. It goes first: the cache is not yet live, so the kernel's registers are
-    // the larger of the two, not their sum (64 at UNROLL 2, 80 at 4). On an H100 (round final15, fp16
-    // 2048 x 50257) UNROLL 1 / 2 / 4 ran 323.0 / 340.4 / 319.2 us, all within 1% at LLaMA's 8192 (94 us).
     OnlineLse lse;
+    for (int i = tid; i < head; i += GROUP) { const float one[1] = {to_float(xrow[i])}; lse(one); }
+    for (int i = tail + tid; i < len; i += GROUP) { const float one[1] = {to_float(xrow[i])}; lse(one); }
+    // A row wider than the registers: the rest streams through the online fold, UNROLL vectors a thread in
+    // flight; its first svecs vectors are kept in shared memory, any others read again below. It goes first: the
+    // cache is not yet live, so the kernel's registers are the larger of the two, not their sum (63 at UNROLL 2,
+    // 80 at 4). Each thread reads back only the vectors it kept (j = tid mod GROUP): no barrier needed.
     const int rest = nvec - CACHE_VECS * GROUP;
-    if (rest > 0) scan_row<T, VEC, UNROLL>(x + base + CACHE_VECS * GROUP * VEC, rest * VEC, tid, GROUP, lse);
+    const V* xs = xr + CACHE_VECS * GROUP;
+    for (int j0 = tid; j0 < rest; j0 += GROUP * UNROLL) {
+        V raw[UNROLL];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u)
+            if (j0 + u * GROUP < rest) raw[u] = xs[j0 + u * GROUP];
+        float vals[UNROLL * VEC];
+#pragma unroll
+        for (int u = 0; u < UNROLL; ++u) {
+            const int j = j0 + u * GROUP;
+            if (j < rest && j < svecs) kept[j] = raw[u];
+#pragma unroll
+            for (int k = 0; k < VEC; ++k) vals[u * VEC + k] = j < rest ? to_float(raw[u].v[k]) : -INFINITY;
+        }
+        lse(vals);
+    }
     // Then the first CACHE_VECS * GROUP vectors of the row stay in registers (all their loads issued first);
     // entries past the row read -inf and add nothing.
     float cache[CACHE_VECS][VEC];
@@ -111,21 +158,25 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
             yr[i] = o;
         }
     }
+    V* ys = yr + CACHE_VECS * GROUP;
 #pragma unroll 4
-    for (int i = CACHE_VECS * GROUP + tid; i < nvec; i += GROUP) {
-        const V v = xr[i];
+    for (int j = tid; j < rest; j += GROUP) {
+        const V v = j < svecs ? kept[j] : xs[j];
         V o;
 #pragma unroll
         for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(fast_exp2((to_float(v.v[k]) - m) * LOG2E) * inv);
-        yr[i] = o;
+        ys[j] = o;
     }
+    for (int i = tid; i < head; i += GROUP) yrow[i] = from_float<T>(fast_exp2((to_float(xrow[i]) - m) * LOG2E) * inv);
+    for (int i = tail + tid; i < len; i += GROUP)
+        yrow[i] = from_float<T>(fast_exp2((to_float(xrow[i]) - m) * LOG2E) * inv);
 }
 
 #define VEC_OF(T) ((int)(VEC_BYTES / sizeof(T)) > 0 ? (int)(VEC_BYTES / sizeof(T)) : 1)
 #define SOFTMAX_KERNEL(NAME, T, VEC, WPR)                                                                   \
     extern "C" __global__ void __launch_bounds__(THREADS) softmax_##NAME(T* __restrict__ y, const T* __restrict__ x, \
-                                                                         int rows, int n) {                \
-        softmax_rows<T, VEC, WPR>(y, x, rows, n);                                                           \
+                                                                         int rows, int n, int svecs) {     \
+        softmax_rows<T, VEC, WPR>(y, x, rows, n, svecs);                                                    \
     }
 #define SOFTMAX_DTYPE(SUFFIX, T)                              \
     SOFTMAX_KERNEL(SUFFIX##_v_w, T, VEC_OF(T), THREADS / 32)  \
@@ -152,6 +203,17 @@ def cuda_builds():
     return [(CUDA_SOURCE, _defines(), names)]
 
 
+def _kept_vectors(n: int, vec: int, elem: int, device: torch.device) -> int:
+    """Vectors of a wide row past the register cache that the kernel keeps in shared memory (ROW_SMEM_KB, clipped to
+    what a block may have on this device): a row has at most n // vec whole vectors."""
+    rest = n // vec - CONFIG["CACHE_VECS"] * CONFIG["THREADS"]
+    if rest <= 0 or CONFIG["ROW_SMEM_KB"] <= 0:
+        return 0
+    static = 2 * 4 * (CONFIG["THREADS"] // 32)  # red_m, red_s
+    budget = min(CONFIG["ROW_SMEM_KB"] * 1024, nvrtc.shared_memory_limit(device) - static)
+    return max(min(rest, budget // (vec * elem)), 0)
+
+
 def kernel_fn(x):
     n = x.shape[-1]
     x2 = x.contiguous().view(-1, n)
@@ -161,12 +223,18 @@ def kernel_fn(x):
         return y.view(x.shape)
     vec_bytes = CONFIG["VEC_BYTES"]
     vec = max(vec_bytes // x.element_size(), 1)
-    aligned = n % vec == 0 and x2.data_ptr() % vec_bytes == 0 and y.data_ptr() % vec_bytes == 0
+    # Both bases aligned: every row of x and y starts at the same offset from a vector boundary (the kernel takes a
+    # scalar head up to it), whatever n is.
+    aligned = x2.data_ptr() % vec_bytes == 0 and y.data_ptr() % vec_bytes == 0
+    if not aligned:
+        vec = 1
     wide = n > CONFIG["SMALL_N"]
     threads = CONFIG["THREADS"]
     rows_per_block = 1 if wide else threads // 32
+    kept = _kept_vectors(n, vec, x.element_size(), x.device) if wide else 0
     name = f"softmax_{_SUFFIX[x.dtype]}_{'v' if aligned else 's'}_{'w' if wide else 'n'}"
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="softmax.cu")
     nvrtc.launch(kernel, grid=(math.ceil(rows / rows_per_block),), block=(threads,),
-                 args=(y, x2, nvrtc.i32(rows), nvrtc.i32(n)))
+                 args=(y, x2, nvrtc.i32(rows), nvrtc.i32(n), nvrtc.i32(kept)),
+                 shared_mem=kept * vec * x.element_size())
     return y.view(x.shape)

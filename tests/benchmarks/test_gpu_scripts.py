@@ -6,6 +6,7 @@ from __future__ import annotations
 import importlib.util
 import json
 import sys
+import types
 from pathlib import Path
 
 import pytest
@@ -79,6 +80,27 @@ def test_check_starters_refuses_zero_repeats_with_the_fix(capsys):
     with pytest.raises(SystemExit):
         cs.parse_args(["--repeats", "0"])
     assert "--repeats 0: at least 1 round" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize(("gpu", "device", "given", "expect"), [
+    ("NVIDIA H200", "cuda", {}, (4269.0, 690.0, "the H200's")),
+    ("NVIDIA H100 80GB HBM3", "cuda", {}, (2924.4, 798.0, "measured on this NVIDIA H100 80GB HBM3")),
+    ("NVIDIA H100 80GB HBM3", "cuda", {"copy_gbps": 3000.0}, (3000.0, 798.0, "measured on this")),
+    ("NVIDIA H100 80GB HBM3", "cuda", {"copy_gbps": 3000.0, "peak_tflops": 700.0}, (3000.0, 700.0, "command line")),
+    ("CPU (Triton interpreter)", "cpu", {}, (4269.0, 690.0, "CPU smoke run")),
+])
+def test_check_starters_ceilings_are_the_h200_figures_only_on_an_h200(gpu, device, given, expect):
+    cs = _script("check_starters_gpu")
+    args = cs.parse_args(["--device", device] + [f"--{k.replace('_', '-')}={v}" for k, v in given.items()])
+    measured = []
+
+    def fake_calibrate(index):  # hardware.calibrate's answer on an H100 (ninth session)
+        measured.append(index)
+        return types.SimpleNamespace(copy_gbs=2924.4, gemm_tflops=798.0, gemm_shape=(8192, 8192, 8192))
+
+    source = cs.resolve_ceilings(args, gpu, measure=fake_calibrate)
+    assert (args.copy_gbps, args.peak_tflops) == expect[:2] and expect[2] in source
+    assert measured == ([0] if "measured" in expect[2] else [])
 
 
 def test_sustained_clock_refuses_empty_runs_and_counts_cycles(capsys, tmp_path):

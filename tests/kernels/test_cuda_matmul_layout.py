@@ -380,18 +380,36 @@ class WgTile:
                 for j in range(rank * per_cta, (rank + 1) * per_cta):
                     tma_load(smem, b_s + j * 8192, b_rows, bn + 64 * j, kt * WG_BK, 64, 64)
 
-    def consume(self, smem, base, it, wg, acc):
-        """Consumer warpgroup wg (1, 2): the 4 wgmma of the block's it-th slice with the kernel's descriptors; acc
+    def consume(self, smem, base, stage, wg, acc):
+        """Consumer warpgroup wg (1, 2): the 4 wgmma of the slice in ring stage `stage` with the kernel's descriptors
+        (stage 0's, their start-address words advanced by stage * WG_STAGE_BYTES / 16 and the k step's); acc
         [64, BN]."""
-        s = it % self.stages
-        da0 = wg_desc(base + (wg - 1) * 64 * 128, 16, 1024)  # stage 0's descriptors, advanced by desc_plus
+        da0 = wg_desc(base + (wg - 1) * 64 * 128, 16, 1024)
         db0 = wg_desc(base + self.a_bytes, 16, 1024) if self.kmajor else wg_desc(base + self.a_bytes, 8192, 1024)
+        da_lo, db_lo = da0 & 0xFFFFFFFF, db0 & 0xFFFFFFFF
+        da_hi, db_hi = da0 & 0xFFFFFFFF00000000, db0 & 0xFFFFFFFF00000000
+        at = stage * (self.stage_bytes >> 4)
         for ks in range(WG_BK // 16):
-            da = desc_plus(da0, s * self.stage_bytes + 32 * ks)
-            db = desc_plus(db0, s * self.stage_bytes + (32 if self.kmajor else 2048) * ks)
+            da = da_hi | ((da_lo + at + 2 * ks) & 0xFFFFFFFF)
+            db = db_hi | ((db_lo + at + (2 if self.kmajor else 128) * ks) & 0xFFFFFFFF)
+            assert da == desc_plus(da0, stage * self.stage_bytes + 32 * ks), "the start-address field carried"
             a_op = wgmma_operand(smem, da, 64, mn_major=False)
             b_op = wgmma_operand(smem, db, self.bn, mn_major=not self.kmajor)  # [N, 16]: B transposed
             acc += a_op @ b_op.T
+
+
+class ConsumerRing:
+    """A consumer's ring position as the kernel keeps it (counters, not it % STAGES): the stage of its next K slice,
+    the parity of that stage's full-barrier phase, and the stage the slice before read."""
+
+    def __init__(self, stages: int):
+        self.stages, self.stage, self.parity, self.prev = stages, 0, 0, 0
+
+    def advance(self) -> None:  # prev = stage; if (++stage == WG_STAGES) { stage = 0; parity ^= 1; }
+        self.prev = self.stage
+        self.stage += 1
+        if self.stage == self.stages:
+            self.stage, self.parity = 0, self.parity ^ 1
 
 
 def accumulator_registers(acc: np.ndarray) -> np.ndarray:
@@ -415,13 +433,14 @@ def wg_emulate(t: WgTile, a, b_rows, m, n, k, smem_start: int = 16, grid: int | 
         # each block its own shared memory: the ring, then the output tile
         smems = [np.full((base + t.stages * t.stage_bytes + t.out_bytes) // 2, np.nan) for _ in range(t.cluster)]
         it = 0
+        rings = {(rank, wg): ConsumerRing(t.stages) for rank in range(t.cluster) for wg in (1, 2)}
         for ct in range(first, ctiles, clusters):
-            _wg_emulate_tile(t, smems, base, it, a, b_rows, m, n, ktiles, ct, out)
+            _wg_emulate_tile(t, smems, base, it, rings, a, b_rows, m, n, ktiles, ct, out)
             it += ktiles
     return out
 
 
-def _wg_emulate_tile(t: WgTile, smems, base, it, a, b_rows, m, n, ktiles, ct, out):
+def _wg_emulate_tile(t: WgTile, smems, base, it, rings, a, b_rows, m, n, ktiles, ct, out):
     row0, bn = t.cluster_origin(ct, m, n)
     acc = {(rank, wg): np.zeros((64, t.bn)) for rank in range(t.cluster) for wg in (1, 2)}
     for kt in range(ktiles):
@@ -429,7 +448,10 @@ def _wg_emulate_tile(t: WgTile, smems, base, it, a, b_rows, m, n, ktiles, ct, ou
             t.produce(smems, rank, base, it + kt, kt, a, b_rows, row0 + rank * t.bm, bn)
         for rank in range(t.cluster):
             for wg in (1, 2):
-                t.consume(smems[rank], base, it + kt, wg, acc[rank, wg])
+                ring = rings[rank, wg]
+                assert ring.stage == (it + kt) % t.stages  # the counters follow the producer's it % STAGES
+                t.consume(smems[rank], base, ring.stage, wg, acc[rank, wg])
+                ring.advance()
     for rank in range(t.cluster):
         _wg_epilogue(t, smems[rank], base, {wg: acc[rank, wg] for wg in (1, 2)}, row0 + rank * t.bm, bn, m, n, out)
 
@@ -572,6 +594,7 @@ def test_wgmma_mbarrier_ring_under_random_interleavings(stages, ktiles, tiles, s
 
     prod = [0] * cluster
     cons = {(c, w): 0 for c in ctas for w in range(8)}  # next slice each consumer warp waits for
+    rings = {cw: ConsumerRing(stages) for cw in cons}  # ... and its stage / parity / previous stage counters
     released = dict.fromkeys(cons, 0)
     steps = 0
     while min(prod) < total or min(cons.values()) < total:
@@ -595,8 +618,9 @@ def test_wgmma_mbarrier_ring_under_random_interleavings(stages, ktiles, tiles, s
         it = cons[c, w]
         if it >= total:
             continue
-        s = it % stages
-        if not done((c, "full", s), (it // stages) & 1):
+        ring = rings[c, w]
+        s = ring.stage
+        if not done((c, "full", s), ring.parity):
             continue
         assert holds[c, s] == dict.fromkeys(ctas, it), "a consumer reads a stage not wholly holding its slice"
         assert phase[c, "full", s] == it // stages + 1, "parity wait is ambiguous (barrier two phases ahead)"
@@ -604,10 +628,11 @@ def test_wgmma_mbarrier_ring_under_random_interleavings(stages, ktiles, tiles, s
         # wgmma.wait_group 1: the previous slice's wgmma have completed; lane 0 frees its stage (not across tiles:
         # the previous tile's last slice was freed after its wait_group 0)
         if it % ktiles > 0:
-            free(c, w, (it - 1) % stages)
+            free(c, w, ring.prev)
             released[c, w] += 1
-        if it % ktiles == ktiles - 1:  # the tile's last slice: wait_group 0, free it, epilogue
-            free(c, w, s)
+        ring.advance()
+        if it % ktiles == ktiles - 1:  # the tile's last slice: wait_group 0, free it (now `prev`), epilogue
+            free(c, w, ring.prev)
             released[c, w] += 1
         cons[c, w] += 1
     assert prod == [total] * cluster and set(cons.values()) == {total} and set(released.values()) == {total}
@@ -720,18 +745,24 @@ KERNEL_FORMULAS = [
     "((jj % 8) ^ (lane >> 2)) * 16 + 4 * (lane & 3)",  # store_tile_tma: swizzled 16-byte chunk of a pair
     "buf + (jj / 8) * 8192 + (r + 8 * h) * 128 + chunk",  # ... in its 64-column box
     "col0 + pass * WG_STORE_COLS + 64 * b",  # the TMA store's column
-    "mbar_wait(bars + 8 * s, (it / WG_STAGES) & 1)",  # consumer: full[s], phase of slice it
+    "mbar_wait(bars + 8 * stage, parity)",  # consumer: full[stage], its counters (ConsumerRing)
+    "prev = stage;\n            if (++stage == WG_STAGES) {\n                stage = 0;\n                parity ^= 1;",
+    "unsigned stage = 0, parity = 0, prev = 0;",
     "mbar_wait(bars + 8 * (WG_STAGES + s), ((it / WG_STAGES) - 1) & 1)",  # producer: empty[s]
-    "if (kt > 0) release((it - 1) % WG_STAGES)",  # free the previous slice (not across tiles) ...
+    "if (kt > 0) release(prev);",  # free the previous slice (not across tiles) ...
     "wg_wait<0>();\n        wg_fence_acc(acc);\n        // The tile's last slice is read",  # ... and the last
+    "release(prev);\n\n        if (WG_TMA_STORE",
     "origin.y + rank * (WG_BN / 2), 3)",  # nt: this CTA's half of B, multicast to both
     "const int j = rank * (WG_BN / 128) + jj;",  # nn: this CTA's 64-column blocks of B
     "for (int ct = first; ct < ctiles; ct += step)",  # the persistent walk over cluster tiles
     "origin.x += rank * WG_BM;",
     "wg_desc(base + (WG - 1) * 64 * 128, 16, 1024)",  # stage 0's A descriptor of warpgroup WG
     "B_KMAJOR ? wg_desc(base + WG_A_BYTES, 16, 1024)\n" + " " * 44 + ": wg_desc(base + WG_A_BYTES, 8192, 1024)",
-    "desc_plus(da0, s * WG_STAGE_BYTES + 32 * ks)",
-    "desc_plus(db0, s * WG_STAGE_BYTES + (B_KMAJOR ? 32 : 2048) * ks)",
+    "const unsigned at = stage * (WG_STAGE_BYTES >> 4);",  # WgTile.consume's descriptor words
+    "da_hi | (da_lo + at + 2 * ks)",
+    "db_hi | (db_lo + at + (B_KMAJOR ? 2 : 128) * ks)",
+    "opaque((unsigned)da0), db_lo = opaque((unsigned)db0)",
+    "da_hi = da0 & 0xFFFFFFFF00000000ull, db_hi = db0 & 0xFFFFFFFF00000000ull",
     "return (d & 0xFFFFFFFF00000000ull) | (unsigned)((unsigned)d + (bytes >> 4));",  # nvrtc.PRELUDE's desc_plus
 ]
 

@@ -1,7 +1,8 @@
-"""The CUDA row kernels' paths the spec sets reach only at one CONFIG: softmax rows wider than its registers and
-threads that see only -inf, cross entropy's loads in flight (UNROLL), misaligned rows and its one-block mean,
-reduce's UNROLL, both with and without evict-first loads; the norms' weights loaded with x. On the GPU
-(AUTOKERNEL_TEST_DEVICE=cuda machines); the CPU runs compile them (test_cuda_starters).
+"""The CUDA row kernels' paths the spec sets reach only at one CONFIG: softmax rows wider than its registers (kept in
+shared memory or read twice), rows between vector boundaries, misaligned bases and threads that see only -inf,
+cross entropy's loads in flight (UNROLL), misaligned rows and its one-block mean, reduce's UNROLL, both with and
+without evict-first loads; the norms' weights loaded with x. On the GPU (AUTOKERNEL_TEST_DEVICE=cuda machines); the
+CPU runs compile them (test_cuda_starters).
 """
 
 from __future__ import annotations
@@ -35,10 +36,14 @@ def _gen() -> torch.Generator:
     return torch.Generator(device="cuda").manual_seed(3)
 
 
-# CACHE_VECS 1 x 128 threads holds 1024 bf16 (512 fp32) of a row: n = 5000 streams the rest through the fold.
-@pytest.mark.parametrize("config", [{}, {"CACHE_VECS": 1, "THREADS": 128}, {"SMALL_N": 0}, {"VEC_BYTES": 4}])
+# CACHE_VECS 1 x 128 threads holds 1024 bf16 (512 fp32) of a row: n = 5000 streams the rest through the fold and
+# keeps it in shared memory (ROW_SMEM_KB; 0: read twice; 48 KiB holds only part of a 50257-wide row's rest). Odd n:
+# rows start between vector boundaries (scalar head and tail around the vectors). 8192 / 8200 bf16: the widest row
+# the register cache holds at the default, and one vector more (it streams).
+@pytest.mark.parametrize("config", [{}, {"CACHE_VECS": 1, "THREADS": 128}, {"SMALL_N": 0}, {"VEC_BYTES": 4},
+                                    {"ROW_SMEM_KB": 0}, {"ROW_SMEM_KB": 48, "UNROLL": 1}, {"THREADS": 512}])
 @pytest.mark.parametrize("dtype", DTYPES)
-@pytest.mark.parametrize("n", [5000, 8192, 1000])
+@pytest.mark.parametrize("n", [5000, 8192, 8200, 1000, 50257, 1031])
 def test_softmax_rows_beyond_the_registers_and_masked_halves(config, dtype, n):
     x = torch.randn((6, n), device="cuda", generator=_gen(), dtype=torch.float32) * 3
     x[1, : n // 2] = float("-inf")  # the first threads see only -inf: their share must be exact zeros
@@ -50,6 +55,19 @@ def test_softmax_rows_beyond_the_registers_and_masked_halves(config, dtype, n):
     torch.cuda.synchronize()
     _check("softmax", y, (x,), dtype)
     assert y[1, : n // 2].eq(0).all() and y[3, 0].item() == 1.0
+
+
+@pytest.mark.parametrize("config", [{}, {"ROW_SMEM_KB": 0}])
+@pytest.mark.parametrize("dtype", DTYPES)
+def test_softmax_misaligned_bases_take_the_scalar_kernel(config, dtype):
+    # x starts one element past a 16-byte boundary: no vector of it is aligned, the launcher picks the scalar kernel
+    # (its shared-memory keep counts 1-element vectors)
+    flat = (torch.randn(7 * 20001 + 1, device="cuda", generator=_gen()) * 4).to(dtype)
+    x = flat[1:].view(7, 20001)
+    x[2, 5:] = float("-inf")
+    y = _module("softmax", config).kernel_fn(x)
+    torch.cuda.synchronize()
+    _check("softmax", y, (x,), dtype)
 
 
 @pytest.mark.parametrize("dtype", DTYPES)
