@@ -154,6 +154,15 @@ struct OnlineLse {
     template <int N> __device__ __forceinline__ void operator()(const float (&v)[N]) { online_fold(m, s, v); }
 };
 
+// Elements of an n-long row before its first VEC-element (vector) boundary, at most n: where VEC does not divide a
+// row length (GPT-2's 50257) rows start anywhere, and these go one at a time before the aligned vectors.
+template <typename T, int VEC>
+__device__ __forceinline__ int vec_head(const T* row, int n) {
+    if (VEC == 1) return 0;
+    const int mis = (int)((reinterpret_cast<unsigned long long>(row) / sizeof(T)) % VEC);
+    return mis ? min(n, VEC - mis) : 0;
+}
+
 // Visit every element of a row once as fp32: scalar loads up to the first VEC-element boundary, then
 // aligned vectors, LOADS of them issued before any is used (bytes in flight, not one load's latency at a
 // time), then the scalar tail. Any row length and start: rows of odd length (V = 50257) still get vectors.
@@ -163,11 +172,7 @@ struct OnlineLse {
 // vectors are loaded evict-first (load_vec).
 template <typename T, int VEC, int LOADS, bool STREAM = false, typename F>
 __device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int tid, int nthreads, F& f) {
-    int head = 0;
-    if (VEC > 1) {
-        const int mis = (int)((reinterpret_cast<unsigned long long>(row) / sizeof(T)) % VEC);
-        head = mis ? min(n, VEC - mis) : 0;
-    }
+    const int head = vec_head<T, VEC>(row, n);
     for (int i = tid; i < head; i += nthreads) { const float one[1] = {to_float(row[i])}; f(one); }
     const int nvec = (n - head) / VEC;
     const Vec<T, VEC>* body = reinterpret_cast<const Vec<T, VEC>*>(row + head);
@@ -434,9 +439,10 @@ It provides `<cuda_fp16.h>`, `<cuda_bf16.h>`, `INFINITY` (NVRTC has no `<math.h>
 and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__shared__ float[warps]`;
 it syncs the block when WPR > 1, so every thread must call it), `fast_exp2(x)` (2^x on the SFU, ~2 ulp) and
 `LOG2E`; for one-read row kernels `online_merge` / `online_fold<N>` (running max and sum of exp), the functor
-`OnlineLse`, `load_vec<STREAM>(p)` (a vector load, evict-first when STREAM) and `scan_row<T, VEC, LOADS[,
-STREAM]>(row, n, tid, nthreads, f)` (every element of a row once, LOADS vectors a thread in flight, handed to the
-functor f). On sm_80+ also the tensor-core building blocks:
+`OnlineLse`, `load_vec<STREAM>(p)` (a vector load, evict-first when STREAM), `vec_head<T, VEC>(row, n)` (elements
+before a row's first vector boundary) and `scan_row<T, VEC, LOADS[, STREAM]>(row, n, tid, nthreads, f)` (every
+element of a row once, LOADS vectors a thread in flight, handed to the functor f). On sm_80+ also the tensor-core
+building blocks:
 `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`), `cp_async_commit()`,
 `cp_async_wait<N>()`, `ldsm_x4` / `ldsm_x4_trans` (ldmatrix .x4) and `mma16816<T>(c, a, b0, b1)`
 (mma.sync m16n8k16, fp32 accumulate). On the arch-specific sm_90a target only (`__CUDA_ARCH_FEAT_SM90_ALL`):
@@ -863,7 +869,7 @@ def kernel_args(args: Iterable[Any], device_index: int) -> list[Any]:
 # of the dynamic part (Hopper allows 227 KiB a block: a 4-stage 128x128x64 bf16 GEMM pipeline needs 128 KiB). A
 # kernel with 1 KiB of static reduction buffers and exactly 48 KiB dynamic is past it (CUDA_ERROR_INVALID_VALUE).
 STATIC_SHARED_LIMIT = 48 * 1024
-_SHARED_OPT_IN: dict[tuple[int, str, str], int] = {}
+_SHARED_ALLOWED: dict[tuple[int, str, str], int] = {}
 _STATIC_SHARED: dict[tuple[int, str, str], int] = {}
 
 
@@ -879,7 +885,8 @@ def shared_memory_limit(device: torch.device) -> int:
 
 
 def _static_shared(kernel: Kernel, handle: Any, dev: int) -> int:
-    """Bytes of __shared__ arrays the kernel declares (the driver's CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES), once."""
+    """Static shared memory of the kernel (the driver's CU_FUNC_ATTRIBUTE_SHARED_SIZE_BYTES: its __shared__ arrays;
+    for sm_90 cuobjdump lists 1 KiB more than the arrays), read once a kernel."""
     key = (dev, kernel.module.key, kernel.name)
     if key not in _STATIC_SHARED:
         from cuda.bindings import driver
@@ -896,18 +903,27 @@ def _static_shared(kernel: Kernel, handle: Any, dev: int) -> int:
     return _STATIC_SHARED[key]
 
 
-def _allow_shared(kernel: Kernel, handle: Any, nbytes: int, dev: int, static: int = 0) -> None:
-    """Raise the kernel's dynamic shared-memory limit to nbytes on device dev (once per size); `static` bytes of
-    __shared__ arrays come on top of them."""
-    key = (dev, kernel.module.key, kernel.name)
-    if _SHARED_OPT_IN.get(key, 0) >= nbytes:
-        return
-    from cuda.bindings import driver
+def dynamic_shared_limit(kernel: Kernel, device: torch.device) -> int:
+    """Dynamic shared memory a launch of `kernel` may ask for on `device`: the device's limit a block less the
+    kernel's own __shared__ arrays (read from the driver once a kernel)."""
+    dev = device.index if device.index is not None else torch.cuda.current_device()
+    handle = kernel.module.kernel(kernel.name).handle
+    return shared_memory_limit(device) - _static_shared(kernel, handle, dev)
 
+
+def _allow_shared(kernel: Kernel, handle: Any, nbytes: int, dev: int, static: int, opt_in: bool) -> None:
+    """Check nbytes of dynamic shared memory (+ `static` bytes of __shared__ arrays) against device dev's limit a
+    block, raise the kernel's dynamic limit to nbytes where `opt_in`, and record the size as allowed."""
+    key = (dev, kernel.module.key, kernel.name)
     limit = shared_memory_limit(torch.device("cuda", dev))
     if nbytes + static > limit:
         raise LaunchError(f"kernel {kernel.name} asks for {nbytes} bytes of shared memory (+ {static} static), "
                           f"device {dev} allows {limit} a block: use smaller tiles or fewer pipeline stages")
+    if not opt_in:
+        _SHARED_ALLOWED[key] = nbytes
+        return
+    from cuda.bindings import driver
+
     attr = driver.CUfunction_attribute.CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES
     raw = getattr(handle, "handle", handle)
     if isinstance(raw, driver.CUkernel):  # cuLibrary-loaded code (cuda.core's ObjectCode)
@@ -916,7 +932,7 @@ def _allow_shared(kernel: Kernel, handle: Any, nbytes: int, dev: int, static: in
         (err,) = driver.cuFuncSetAttribute(raw, attr, nbytes)
     if err != driver.CUresult.CUDA_SUCCESS:
         raise LaunchError(f"could not allow {nbytes} bytes of dynamic shared memory for {kernel.name}: {err}")
-    _SHARED_OPT_IN[key] = nbytes
+    _SHARED_ALLOWED[key] = nbytes
 
 
 @functools.cache
@@ -945,11 +961,11 @@ def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int]
         raise LaunchError(f"kernel {kernel.name} was built for {kernel.module.arch}, device {dev} is "
                           f"{device_arch(dev)}: build with arch=None (or arch_specific(device_arch()))")
     handle = kernel.module.kernel(kernel.name).handle  # per-device handle (loaded once per device)
-    if shared_mem > 0:
-        # Past 48 KiB with the static arrays counted: opt in (the static size is read once a kernel)
+    # One dict lookup a launch once this kernel has run at this size: the static size is read and the opt-in made
+    # (past 48 KiB with the static arrays counted) on its first launch.
+    if shared_mem > 0 and _SHARED_ALLOWED.get((dev, kernel.module.key, kernel.name), 0) < shared_mem:
         static = _static_shared(kernel, handle, dev)
-        if shared_mem + static > STATIC_SHARED_LIMIT:
-            _allow_shared(kernel, handle, int(shared_mem), dev, static)
+        _allow_shared(kernel, handle, int(shared_mem), dev, static, opt_in=shared_mem + static > STATIC_SHARED_LIMIT)
     values = kernel_args(args, dev)
     stream = _stream(dev)
     grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")

@@ -32,27 +32,30 @@ from pathlib import Path
 import torch
 
 from autokernel_ci.compare import compare
+from autokernel_ci.hardware.detect import probe
+from autokernel_ci.hardware.specs import load_spec
 from autokernel_ci.specs import KERNEL_TYPES, get_spec
 from autokernel_ci.specs.base import SHAPE_SET_NAMES
 
 REPO = Path(__file__).resolve().parents[1]
 BACKENDS = ("triton", "cuda")
 DTYPES = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}
-COPY_GBPS = 4269.0  # H200 copy bandwidth measured here (read + write), DESIGN.md §9
-PEAK_TFLOPS = 690.0  # H200 cuBLAS bf16 GEMM at LLaMA-7B shapes, DESIGN.md §9
-H200_CEILINGS = "the H200's, measured for DESIGN.md §9"
 
 
-def resolve_ceilings(args, gpu: str, measure=None) -> str:
-    """Fill args.copy_gbps / args.peak_tflops where the command line left them out, and say where they came from.
-    The H200 figures hold only on an H200 (an H100 copies ~2,900 GB/s: its rows read 68% of the H200's ceiling at
-    its own copy rate), so any other GPU measures its own ceilings first (hardware.calibrate: a 1 GiB copy and a
-    bf16 8192^3 GEMM, ~2 s). `measure` stands in for calibrate in tests."""
+def resolve_ceilings(args, spec, gpu: str, measure=None) -> str:
+    """Fill args.copy_gbps / args.peak_tflops where the command line left them out, and say where they came from:
+    the `measured:` section of the GPU's gpu_specs entry (H200: copy 4,269 GB/s, cuBLAS 690 TFLOP/s at the LLaMA-7B
+    GEMMs, DESIGN.md §9), else hardware.calibrate on the spot (a 1 GiB copy and a bf16 8192^3 GEMM, ~2 s). A fixed
+    H200 figure on another GPU misreads its rows (an H100 copies ~2,900 GB/s: 68% of the H200's ceiling at its own
+    copy rate). `spec` is the detected GpuSpec (None: unknown GPU); `measure` stands in for calibrate in tests."""
     if args.copy_gbps is not None and args.peak_tflops is not None:
         return "given on the command line"
-    if args.device.type != "cuda" or "H200" in gpu:
-        source = H200_CEILINGS if args.device.type == "cuda" else H200_CEILINGS + " (CPU smoke run)"
-        copy, peak = COPY_GBPS, PEAK_TFLOPS
+    measured = spec.measured if spec is not None else None
+    if measured is not None and measured.copy_gbs and (measured.gemm_bf16_model_tflops or measured.gemm_bf16_tflops):
+        # cuBLAS at model shapes where the entry has it (a GEMM of the table's size), else its large GEMM
+        copy = measured.copy_gbs
+        peak = measured.gemm_bf16_model_tflops[1] if measured.gemm_bf16_model_tflops else measured.gemm_bf16_tflops
+        source = f"gpu_specs/{spec.key}.yaml, measured {measured.date}"
     else:
         if measure is None:
             from autokernel_ci.hardware.calibrate import calibrate
@@ -349,10 +352,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--rep", type=int, default=100, help="do_bench repetition time, ms")
     p.add_argument("--repeats", type=int, default=1, help="time ours, eager and compile in turn this many times "
                    "(medians and x eager's range); 1: ours once, the baselines once per type and shape")
-    p.add_argument("--copy-gbps", type=float, default=None, help="bandwidth ceiling for GB/s types (default: "
-                   f"{COPY_GBPS:g} on an H200, measured on the spot on any other GPU)")
-    p.add_argument("--peak-tflops", type=float, default=None, help="compute ceiling for TFLOP/s types (default: "
-                   f"{PEAK_TFLOPS:g} on an H200, a measured bf16 GEMM on any other GPU)")
+    p.add_argument("--copy-gbps", type=float, default=None, help="bandwidth ceiling for GB/s types (default: the "
+                   "GPU's gpu_specs `measured:` copy, else measured on the spot)")
+    p.add_argument("--peak-tflops", type=float, default=None, help="compute ceiling for TFLOP/s types (default: the "
+                   "GPU's gpu_specs `measured:` GEMM, else a bf16 GEMM measured on the spot)")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--time-set", default="llama7b", help="shape set that is timed")
     p.add_argument("--device", default="cuda", help="cuda; cpu runs the Triton interpreter (a smoke test of "
@@ -381,7 +384,9 @@ def main(argv: list[str] | None = None) -> int:
               "the script through the Triton interpreter)", file=sys.stderr)
         return 2
     gpu = torch.cuda.get_device_name(args.device) if args.device.type == "cuda" else "CPU (Triton interpreter)"
-    args.ceilings = resolve_ceilings(args, gpu)
+    # The CPU smoke run has no GPU: it borrows the H200's entry so the table still has a ceiling column.
+    spec = probe(args.device.index or 0).spec if args.device.type == "cuda" else load_spec("h200")
+    args.ceilings = resolve_ceilings(args, spec, gpu)
     baselines = Baselines(use_compile=not args.no_compile)
     reports: list[Report] = []
     began = time.perf_counter()

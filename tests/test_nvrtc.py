@@ -303,6 +303,16 @@ def test_static_shared_memory_counts_toward_the_48_kib_launch_limit():
 
 
 @needs_gpu
+def test_dynamic_shared_limit_leaves_room_for_the_static_arrays():
+    kernel = nvrtc.compile_kernel(STATIC_AND_DYNAMIC, "reverse_with_static")
+    device = torch.device("cuda", 0)
+    free, limit = nvrtc.dynamic_shared_limit(kernel, device), nvrtc.shared_memory_limit(device)
+    # its 256-float array; for sm_90 the cubin lists 2 KiB (cuobjdump -res-usage), 1 KiB of them reserved
+    assert limit - 2048 <= free <= limit - 1024
+    _reverse_through_shared(STATIC_AND_DYNAMIC, "reverse_with_static", free // 4)  # the whole of it launches
+
+
+@needs_gpu
 def test_shared_memory_beyond_the_device_limit_is_refused_with_the_limit():
     kernel = nvrtc.compile_kernel(BIG_SHARED, "reverse_through_shared")
     x = torch.zeros(4, device="cuda")

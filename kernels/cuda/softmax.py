@@ -79,11 +79,7 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
     // first boundary (head) and past the last whole vector (tail), fewer than VEC each, go one at a time and the
     // body as vectors. x and y rows share the offset (the launcher checks both bases are VEC_BYTES aligned).
     // Scalar loads of the whole row, as before, ran the 2048 x 50257 fp16 softmax at 0.60x eager (H100).
-    int head = 0;
-    if (VEC > 1) {
-        const int mis = (int)((reinterpret_cast<unsigned long long>(xrow) / sizeof(T)) % VEC);
-        head = mis ? min(len, VEC - mis) : 0;
-    }
+    const int head = vec_head<T, VEC>(xrow, len);
     const int nvec = (len - head) / VEC;
     const int tail = head + nvec * VEC;
     const V* xr = reinterpret_cast<const V*>(xrow + head);
@@ -203,14 +199,13 @@ def cuda_builds():
     return [(CUDA_SOURCE, _defines(), names)]
 
 
-def _kept_vectors(n: int, vec: int, elem: int, device: torch.device) -> int:
+def _kept_vectors(kernel, n: int, vec: int, elem: int, device: torch.device) -> int:
     """Vectors of a wide row past the register cache that the kernel keeps in shared memory (ROW_SMEM_KB, clipped to
-    what a block may have on this device): a row has at most n // vec whole vectors."""
+    what a launch of it may ask for on this device): a row has at most n // vec whole vectors."""
     rest = n // vec - CONFIG["CACHE_VECS"] * CONFIG["THREADS"]
     if rest <= 0 or CONFIG["ROW_SMEM_KB"] <= 0:
         return 0
-    static = 2 * 4 * (CONFIG["THREADS"] // 32)  # red_m, red_s
-    budget = min(CONFIG["ROW_SMEM_KB"] * 1024, nvrtc.shared_memory_limit(device) - static)
+    budget = min(CONFIG["ROW_SMEM_KB"] * 1024, nvrtc.dynamic_shared_limit(kernel, device))
     return max(min(rest, budget // (vec * elem)), 0)
 
 
@@ -231,9 +226,9 @@ def kernel_fn(x):
     wide = n > CONFIG["SMALL_N"]
     threads = CONFIG["THREADS"]
     rows_per_block = 1 if wide else threads // 32
-    kept = _kept_vectors(n, vec, x.element_size(), x.device) if wide else 0
     name = f"softmax_{_SUFFIX[x.dtype]}_{'v' if aligned else 's'}_{'w' if wide else 'n'}"
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="softmax.cu")
+    kept = _kept_vectors(kernel, n, vec, x.element_size(), x.device) if wide else 0
     nvrtc.launch(kernel, grid=(math.ceil(rows / rows_per_block),), block=(threads,),
                  args=(y, x2, nvrtc.i32(rows), nvrtc.i32(n), nvrtc.i32(kept)),
                  shared_mem=kept * vec * x.element_size())

@@ -11,6 +11,8 @@ from pathlib import Path
 
 import pytest
 
+from autokernel_ci.hardware.specs import load_spec
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -82,25 +84,27 @@ def test_check_starters_refuses_zero_repeats_with_the_fix(capsys):
     assert "--repeats 0: at least 1 round" in capsys.readouterr().err
 
 
-@pytest.mark.parametrize(("gpu", "device", "given", "expect"), [
-    ("NVIDIA H200", "cuda", {}, (4269.0, 690.0, "the H200's")),
-    ("NVIDIA H100 80GB HBM3", "cuda", {}, (2924.4, 798.0, "measured on this NVIDIA H100 80GB HBM3")),
-    ("NVIDIA H100 80GB HBM3", "cuda", {"copy_gbps": 3000.0}, (3000.0, 798.0, "measured on this")),
-    ("NVIDIA H100 80GB HBM3", "cuda", {"copy_gbps": 3000.0, "peak_tflops": 700.0}, (3000.0, 700.0, "command line")),
-    ("CPU (Triton interpreter)", "cpu", {}, (4269.0, 690.0, "CPU smoke run")),
+@pytest.mark.parametrize(("gpu", "spec_key", "given", "expect"), [
+    ("NVIDIA H200", "h200", {}, (4269.0, 690.0, "gpu_specs/h200.yaml")),  # cuBLAS at the model shapes
+    ("NVIDIA H100 80GB HBM3", "h100-sxm", {}, (3000.0, 798.0, "gpu_specs/h100-sxm.yaml")),  # its large GEMM
+    ("NVIDIA L4", "l4", {}, (2924.4, 798.0, "measured on this NVIDIA L4")),  # an entry without `measured:`
+    ("Some GPU", None, {}, (2924.4, 798.0, "measured on this Some GPU")),  # no entry at all
+    ("Some GPU", None, {"copy_gbps": 3000.0}, (3000.0, 798.0, "measured on this")),
+    ("Some GPU", None, {"copy_gbps": 3000.0, "peak_tflops": 700.0}, (3000.0, 700.0, "command line")),
 ])
-def test_check_starters_ceilings_are_the_h200_figures_only_on_an_h200(gpu, device, given, expect):
+def test_check_starters_ceilings_come_from_the_gpus_own_entry_or_a_measurement(gpu, spec_key, given, expect):
     cs = _script("check_starters_gpu")
-    args = cs.parse_args(["--device", device] + [f"--{k.replace('_', '-')}={v}" for k, v in given.items()])
+    args = cs.parse_args([f"--{k.replace('_', '-')}={v}" for k, v in given.items()])
+    spec = load_spec(spec_key) if spec_key else None
     measured = []
 
     def fake_calibrate(index):  # hardware.calibrate's answer on an H100 (ninth session)
         measured.append(index)
         return types.SimpleNamespace(copy_gbs=2924.4, gemm_tflops=798.0, gemm_shape=(8192, 8192, 8192))
 
-    source = cs.resolve_ceilings(args, gpu, measure=fake_calibrate)
+    source = cs.resolve_ceilings(args, spec, gpu, measure=fake_calibrate)
     assert (args.copy_gbps, args.peak_tflops) == expect[:2] and expect[2] in source
-    assert measured == ([0] if "measured" in expect[2] else [])
+    assert measured == ([0] if "measured on this" in expect[2] else [])
 
 
 def test_sustained_clock_refuses_empty_runs_and_counts_cycles(capsys, tmp_path):

@@ -81,7 +81,7 @@ PRELUDE_DEFINITIONS = ("float to_float(", "T from_float(", "struct alignas(sizeo
                        "float group_sum(", "#define INFINITY", "unsigned smem_addr(", "void cp_async16(",
                        "void cp_async_commit(", "void ldsm_x4(", "void ldsm_x4_trans(", "void mma16816",
                        "float fast_exp2(", "void online_merge(", "void online_fold(", "void scan_row(",
-                       "struct OnlineLse", "V load_vec(")
+                       "struct OnlineLse", "V load_vec(", "int vec_head(")
 
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
