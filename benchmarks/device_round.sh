@@ -77,6 +77,12 @@
 #   final16: softmax at UNROLL 4, launches counting static shared memory: GPU tests, `verify`, timed, table rows.
 #   round16: the CUDA matmul's leaner consumer loop and the softmax's vector / shared-memory wide rows: GPU tests,
 #          `verify`, timed against bc1752e; the matmul's sustained clock and table rows; final15c.
+#   round17: the CUDA softmax's kernels with / without the streaming loop: GPU tests, `verify`, timed against 9b28142.
+#   streamk: the CUDA matmul's stream-K: GPU tests, `verify`, timed against 9b28142 and off; sustained clock; softmax UNROLL 4.
+#   softmax_wide: the Triton softmax with whole 50257-wide rows in registers (16 / 32 warps) against the default.
+#   final17: the CUDA softmax's UNROLL 4 default: GPU tests, `verify`, softmax / cross entropy table rows (bf16, fp16 GPT-2).
+#   softmax_looped: the Triton softmax's looped kernel with 16 / 32 warps on GPT-2's rows.
+#   final17b: the Triton softmax's looped default (8192 x 16 warps): GPU tests, `verify`, its table rows.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -129,6 +135,18 @@ cuda_matmul_against_base() {  # cuda_matmul_against_base NAME VARIANTS: the CUDA
     --variants "$2" --sets cpu,edge,odd,gpt2,llama7b --out "$out/$1"
   step 120 "variants_$1_fp16" python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype fp16 \
     --variants "$2" --sets cpu,llama7b --out "$out/$1_fp16"
+}
+cuda_softmax_variants() {  # cuda_softmax_variants FILE SETS: the CUDA softmax's points of FILE checked on SETS and timed
+  # in bf16 (LLaMA), then checked on the cpu / gpt2 sets and timed in fp16 at GPT-2's shapes
+  step 150 variants_softmax python3 benchmarks/variants_gpu.py softmax --backend cuda \
+    --variants "$1" --sets "$2" --out "$out/softmax"
+  step 120 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend cuda --dtype fp16 \
+    --variants "$1" --sets cpu,gpt2 --time-set gpt2 --out "$out/softmax_fp16_gpt2"
+}
+cuda_softmax_checks() {  # every CUDA starter's GPU tests, the launch / shared-memory tests and the softmax's paths, then
+  # `verify` of the softmax
+  kernel_checks cuda_softmax kernels/cuda/softmax.py "gpu or softmax or shared or launch" tests/test_nvrtc.py \
+    tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py
 }
 triton_attention_checks() {  # the Triton attention's GPU tests (every spec set, the Gluon kernel's cases and
   # fallbacks) and `verify` of the file as it is
@@ -596,13 +614,8 @@ case "${1:-check}" in
   final16)  # softmax at UNROLL 4 (its default then) and nvrtc.launch counting static shared memory toward 48 KiB: every CUDA
     # starter's GPU tests and the launch tests, `verify` of the softmax, alternating with bc1752e's file (bf16 LLaMA,
     # fp16 GPT-2), the softmax / cross entropy rows of the starter table (both backends) in bf16 and fp16 GPT-2
-    kernel_checks cuda_softmax kernels/cuda/softmax.py "gpu or softmax or shared or launch" tests/test_nvrtc.py \
-      tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py
-    step 150 variants_softmax python3 benchmarks/variants_gpu.py softmax --backend cuda \
-      --variants benchmarks/variants/cuda_softmax_final16.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/softmax"
-    step 120 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend cuda --dtype fp16 \
-      --variants benchmarks/variants/cuda_softmax_final16.json --sets cpu,gpt2 --time-set gpt2 \
-      --out "$out/softmax_fp16_gpt2"
+    cuda_softmax_checks
+    cuda_softmax_variants benchmarks/variants/cuda_softmax_final16.json cpu,edge,odd,gpt2,llama7b
     step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
       --backends triton,cuda --out "$out/table"
     step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
@@ -616,14 +629,60 @@ case "${1:-check}" in
     cuda_matmul_against_base mm_lean benchmarks/variants/cuda_matmul_lean.json
     kernel_checks cuda_softmax kernels/cuda/softmax.py "softmax" tests/kernels/test_cuda_row_kernels.py \
       tests/kernels/test_cuda_starters.py
-    step 150 variants_softmax python3 benchmarks/variants_gpu.py softmax --backend cuda \
-      --variants benchmarks/variants/cuda_softmax_smem.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/softmax"
-    step 120 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend cuda --dtype fp16 \
-      --variants benchmarks/variants/cuda_softmax_smem.json --sets cpu,gpt2 --time-set gpt2 --out "$out/softmax_fp16_gpt2"
+    cuda_softmax_variants benchmarks/variants/cuda_softmax_smem.json cpu,edge,odd,gpt2,llama7b
     clock15_round
     step 200 starters_matmul python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types matmul \
       --backends triton,cuda --out "$out/table_mm"
     final15c_round
+    ;;
+  round17)  # the CUDA softmax's kernels without the streaming loop for rows the registers hold ("_r" kernels carry it,
+    # so UNROLL costs the LLaMA row nothing) and 9b28142's untested paths (dynamic_shared_limit, one launch-cache
+    # lookup): every CUDA starter's GPU tests and the launch tests, `verify` of the softmax, alternating with
+    # 9b28142's file (carry benchmarks/variants/base) in bf16 (LLaMA) and fp16 (GPT-2)
+    cuda_softmax_checks
+    cuda_softmax_variants benchmarks/variants/cuda_softmax_split.json cpu,edge,odd,gpt2,llama7b
+    ;;
+  streamk)  # the CUDA matmul's stream-K (WG_STREAM_K: the last partial wave's tiles split along K over every SM; 20%
+    # slower, not committed: benchmarks/variants/cuda_matmul_streamk.patch onto 9b28142's file gives
+    # benchmarks/variants/base/cuda_matmul_streamk.py, carried): the committed matmul's GPU tests and `verify`, the
+    # stream-K file alternating with 9b28142's and with stream-K off (bf16 on every set, fp16 at the cpu / LLaMA sets),
+    # the sustained-clock comparison (the session's run had the stream-K file in place); the softmax's UNROLL 4
+    # default (streaming kernels only) against 9b28142's file and UNROLL 2
+    cuda_matmul_against_base mm_streamk benchmarks/variants/cuda_matmul_streamk.json
+    clock15_round
+    cuda_softmax_variants benchmarks/variants/cuda_softmax_unroll4.json cpu,gpt2,llama7b
+    ;;
+  softmax_wide)  # the Triton softmax on GPT-2's 50257-wide rows (0.79x eager in final16: "looped" reads a row twice and
+    # takes two exps an element): whole rows in registers up to 65536 wide with 16 / 32 warps, against the default,
+    # fp16 on the GPT-2 set and bf16 on the LLaMA set
+    step 150 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend triton --dtype fp16 \
+      --variants benchmarks/variants/softmax_wide.json --sets cpu,edge,odd,gpt2 --time-set gpt2 \
+      --out "$out/softmax_fp16_gpt2"
+    step 150 variants_softmax python3 benchmarks/variants_gpu.py softmax --backend triton \
+      --variants benchmarks/variants/softmax_wide.json --sets cpu,llama7b --out "$out/softmax"
+    ;;
+  final17)  # the CUDA softmax's committed default (UNROLL 4, only the "_r" kernels stream): every CUDA starter's GPU tests
+    # and the launch tests, `verify` of the softmax, the softmax / cross entropy rows of the starter table (both
+    # backends, baselines in turn three times) in bf16 (LLaMA) and fp16 (GPT-2)
+    cuda_softmax_checks
+    step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
+      --backends triton,cuda --out "$out/table"
+    step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+      --types softmax,cross_entropy --backends triton,cuda --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
+    ;;
+  softmax_looped)  # the Triton softmax's looped kernel on GPT-2's rows with fewer, wider programs an SM (16 / 32 warps:
+    # fewer rows in flight, so the second pass may find its row in L2), fp16 on the GPT-2 set
+    step 150 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend triton --dtype fp16 \
+      --variants benchmarks/variants/softmax_looped.json --sets cpu,edge,odd,gpt2 --time-set gpt2 \
+      --out "$out/softmax_fp16_gpt2"
+    ;;
+  final17b)  # the Triton softmax's looped kernel at its new default (8192-wide chunks, LOOP_WARPS 16): its GPU tests,
+    # `verify`, its table rows in fp16 (GPT-2) and bf16 (LLaMA), baselines in turn three times
+    kernel_checks triton_softmax kernels/triton/softmax.py softmax tests/kernels/test_triton_starters.py
+    step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
+      --backends triton --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
+    step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
+      --backends triton --out "$out/table"
     ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)

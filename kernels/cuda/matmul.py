@@ -65,7 +65,10 @@ BACKEND = "cuda"
 # slower than 256 here. GROUP_M 16 (the Triton Gluon kernel's), round cuda_mm_group, alternating: 536.3-536.5 us at
 # K = 11008 against 543.8-545.3 for 8 (+1.4%; repeats within 0.3%), 515.8-546.1 against 494.8-550.5 at K = 4096
 # (inside that shape's spread); GROUP_M 4 549.9 / 576.1 us. A whole-tile store with 3 stages, the Gluon kernel's
-# other choice, was slower here: 546.2-560.4 us at K = 11008.
+# other choice, was slower here: 546.2-560.4 us at K = 11008. Stream-K over the last partial wave (4096x11008x4096:
+# 116 of 512 tiles split along K over all 132 SMs) was correct and 20% slower on an H100 (617-621 against 511-515 us):
+# its pieces start at different K offsets, so blocks sharing a panel stop reading each slice together from L2
+# (docs/benchmarks/h200.md, eleventh session).
 CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 16, "WG_TILE": "128x256",
           "WG_STAGES": 4, "WG_PERSISTENT": True, "WG_TMA_STORE": True, "WG_STORE_SPLIT": 2,
           "WG_L2_PROMOTION": 256, "WG_CLUSTER": 1}

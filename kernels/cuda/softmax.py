@@ -5,7 +5,8 @@ exp) pair (keeping up to ROW_SMEM_KB of those vectors in shared memory for the w
 vectors into registers (all loads in flight at once), takes their max, then one SFU exp2 per cached element
 against its own max and keeps it; the pairs are merged with warp shuffles and each thread writes its kept exps
 times 2^(own max - row max) / sum. Rows of any length take vectors (a scalar head and tail where a row starts
-between vector boundaries). Masked (-inf) entries give exact zeros.
+between vector boundaries). Masked (-inf) entries give exact zeros. Only the kernels for rows past the register
+cache ("_r") carry the streaming loop and its registers.
 """
 
 import math
@@ -22,11 +23,13 @@ BACKEND = "cuda"
 # round16, alternating with bc1752e's file, which read such rows one element at a time): fp16 2048 x 50257 338.2 ->
 # 176.4 us (eager 204.3), 204.7 with ROW_SMEM_KB 0, 161.2 at UNROLL 4, 152.8 at 512 threads x UNROLL 4 (slower at
 # LLaMA's 8192: 210 us, half its cache empty); bf16 8192 x 8192 94.2-94.9 us for all of them, 94.8 for bc1752e. On
-# the H200 (final16): UNROLL 2 144.5 us against 277.4 (eager 182.7) and 71.7 against 70.3 us at LLaMA's 8192; UNROLL
-# 4 131.8 us but 80.8 at 8192, although that row never streams: the loop's registers (80 against 63 at UNROLL 2) leave
-# 3 blocks an SM instead of 4. UNROLL 2 is the default; a build without the loop for rows the registers hold would
-# let the wide rows take UNROLL 4 (not yet measured).
-CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "UNROLL": 2, "SMALL_N": 1024, "ROW_SMEM_KB": 100}
+# the H200 (final16): UNROLL 2 144.5 us against 277.4 (eager 182.7); UNROLL 4 131.8 us but the 8192-wide LLaMA row 80.8
+# against 70.3 us, although that row never streams: the loop's registers (80 against 63) left 3 blocks an SM instead of
+# 4. Since then only the "_r" kernels (rows past the register cache) carry the loop, and UNROLL is theirs alone (the
+# others stay at 63 registers for any UNROLL; cuobjdump, sm_90). On an H100, alternating with 9b28142's file (rounds
+# round17, streamk): fp16 2048 x 50257 176.3-176.9 -> 160.5-161.3 us at UNROLL 4 (eager 204.3), UNROLL 2 as before;
+# bf16 8192 x 8192 94.3-95.0 us for all. UNROLL 8: 156.6 us, but 182 registers for bf16 (one block an SM).
+CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "UNROLL": 4, "SMALL_N": 1024, "ROW_SMEM_KB": 100}
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
@@ -60,7 +63,10 @@ __device__ __forceinline__ void group_max_sum(float& m, float& s, float* red_m, 
     for (int i = 0; i < WPR; ++i) online_merge(m, s, red_m[first + i], red_s[first + i]);
 }
 
-template <typename T, int VEC, int WPR>
+// REST: rows may be wider than the register cache (the launcher's n / VEC > CACHE_VECS x GROUP). The kernels without
+// it have no streaming loop and none of its UNROLL x VEC registers: a row the registers hold never runs that loop, but
+// its registers (80 at UNROLL 4 against 63 at 2) cost the 8192-wide LLaMA row a block an SM on the H200 (final16).
+template <typename T, int VEC, int WPR, bool REST>
 __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restrict__ x, int rows, int n, int svecs) {
     __shared__ float red_m[THREADS / 32], red_s[THREADS / 32];
     // Vectors of a wide row past the register cache, kept from the first read for the write (svecs of them; the
@@ -94,7 +100,8 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
     // flight; its first svecs vectors are kept in shared memory, any others read again below. It goes first: the
     // cache is not yet live, so the kernel's registers are the larger of the two, not their sum (63 at UNROLL 2,
     // 80 at 4). Each thread reads back only the vectors it kept (j = tid mod GROUP): no barrier needed.
-    const int rest = nvec - CACHE_VECS * GROUP;
+    const int rest = REST ? nvec - CACHE_VECS * GROUP : 0;
+    if (!REST && nvec > CACHE_VECS * GROUP) __trap();  // the launcher picked this kernel for a narrower row
     const V* xs = xr + CACHE_VECS * GROUP;
     for (int j0 = tid; j0 < rest; j0 += GROUP * UNROLL) {
         V raw[UNROLL];
@@ -169,16 +176,20 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
 }
 
 #define VEC_OF(T) ((int)(VEC_BYTES / sizeof(T)) > 0 ? (int)(VEC_BYTES / sizeof(T)) : 1)
-#define SOFTMAX_KERNEL(NAME, T, VEC, WPR)                                                                   \
+#define SOFTMAX_KERNEL(NAME, T, VEC, WPR, REST)                                                             \
     extern "C" __global__ void __launch_bounds__(THREADS) softmax_##NAME(T* __restrict__ y, const T* __restrict__ x, \
                                                                          int rows, int n, int svecs) {     \
-        softmax_rows<T, VEC, WPR>(y, x, rows, n, svecs);                                                    \
+        softmax_rows<T, VEC, WPR, REST>(y, x, rows, n, svecs);                                              \
     }
-#define SOFTMAX_DTYPE(SUFFIX, T)                              \
-    SOFTMAX_KERNEL(SUFFIX##_v_w, T, VEC_OF(T), THREADS / 32)  \
-    SOFTMAX_KERNEL(SUFFIX##_s_w, T, 1, THREADS / 32)          \
-    SOFTMAX_KERNEL(SUFFIX##_v_n, T, VEC_OF(T), 1)             \
-    SOFTMAX_KERNEL(SUFFIX##_s_n, T, 1, 1)
+#define SOFTMAX_SHAPES(SUFFIX, T, REST)                               \
+    SOFTMAX_KERNEL(SUFFIX##_v_w, T, VEC_OF(T), THREADS / 32, REST)    \
+    SOFTMAX_KERNEL(SUFFIX##_s_w, T, 1, THREADS / 32, REST)            \
+    SOFTMAX_KERNEL(SUFFIX##_v_n, T, VEC_OF(T), 1, REST)               \
+    SOFTMAX_KERNEL(SUFFIX##_s_n, T, 1, 1, REST)
+// "_r": the kernels with the streaming loop, for rows past the register cache.
+#define SOFTMAX_DTYPE(SUFFIX, T)     \
+    SOFTMAX_SHAPES(SUFFIX, T, false) \
+    SOFTMAX_SHAPES(SUFFIX##_r, T, true)
 
 SOFTMAX_DTYPE(f32, float)
 SOFTMAX_DTYPE(f16, __half)
@@ -195,7 +206,7 @@ def _defines():
 
 def cuda_builds():
     """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
-    names = [f"softmax_{s}_{v}_{w}" for s in _SUFFIX.values() for v in "sv" for w in "nw"]
+    names = [f"softmax_{s}{r}_{v}_{w}" for s in _SUFFIX.values() for r in ("", "_r") for v in "sv" for w in "nw"]
     return [(CUDA_SOURCE, _defines(), names)]
 
 
@@ -207,6 +218,15 @@ def _kept_vectors(kernel, n: int, vec: int, elem: int, device: torch.device) -> 
         return 0
     budget = min(CONFIG["ROW_SMEM_KB"] * 1024, nvrtc.dynamic_shared_limit(kernel, device))
     return max(min(rest, budget // (vec * elem)), 0)
+
+
+def _kernel_name(dtype: torch.dtype, n: int, vec: int) -> str:
+    """The kernel for rows of n elements taken vec at a time (1: a base off the vector boundary): one block a row past
+    SMALL_N ("w"), else one warp; with the streaming loop ("_r") when a row's n // vec vectors, the most it can have,
+    overflow the register cache (CACHE_VECS a thread)."""
+    wide = n > CONFIG["SMALL_N"]
+    rest = n // vec > CONFIG["CACHE_VECS"] * (CONFIG["THREADS"] if wide else 32)
+    return f"softmax_{_SUFFIX[dtype]}{'_r' if rest else ''}_{'v' if vec > 1 else 's'}_{'w' if wide else 'n'}"
 
 
 def kernel_fn(x):
@@ -226,7 +246,7 @@ def kernel_fn(x):
     wide = n > CONFIG["SMALL_N"]
     threads = CONFIG["THREADS"]
     rows_per_block = 1 if wide else threads // 32
-    name = f"softmax_{_SUFFIX[x.dtype]}_{'v' if aligned else 's'}_{'w' if wide else 'n'}"
+    name = _kernel_name(x.dtype, n, vec)
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="softmax.cu")
     kept = _kept_vectors(kernel, n, vec, x.element_size(), x.device) if wide else 0
     nvrtc.launch(kernel, grid=(math.ceil(rows / rows_per_block),), block=(threads,),

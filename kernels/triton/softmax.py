@@ -13,7 +13,8 @@ import triton.language as tl
 
 KERNEL_TYPE = "softmax"
 BACKEND = "triton"
-CONFIG = {"VARIANT": "auto", "MAX_BLOCK": 16384, "LOOP_BLOCK": 4096, "ROWS": 8, "num_warps": 8, "EVICT_FIRST": False}
+CONFIG = {"VARIANT": "auto", "MAX_BLOCK": 16384, "LOOP_BLOCK": 8192, "ROWS": 8, "num_warps": 8, "EVICT_FIRST": False,
+          "LOOP_WARPS": 16}
 SEARCH_SPACE = {
     "VARIANT": ["auto", "row", "multirow", "looped"],
     "MAX_BLOCK": [8192, 16384, 32768],
@@ -21,7 +22,13 @@ SEARCH_SPACE = {
     "ROWS": [2, 4, 8, 16],
     "num_warps": [4, 8, 16],
     "EVICT_FIRST": [False, True],
+    "LOOP_WARPS": [4, 8, 16, 32],
 }
+# LOOP_BLOCK / LOOP_WARPS: the looped kernel's chunk and warps, apart from num_warps (the row kernels': 32 warps slowed
+# them on an H100, bf16 8192 x 8192 94.3 -> 112.7 us, fp16 98304 x 1024 137.9 -> 166.3; round softmax_wide). On an
+# H100 (round softmax_looped, fp16 2048 x 50257, eager 204.3 us): 4096 x 8 warps 289.8 us, 8192 x 8 270.1, 8192 x 16
+# 251.6-252.1, 8192 x 32 252.0-252.2. Still 0.81x eager: the kernel reads a row twice and takes two exps an element;
+# whole 65536-wide rows in registers were slower (430 us at 16 warps, 552 at 32).
 # EVICT_FIRST ("row" and "multirow", which read x once): x's loads are marked first for L2 eviction ("looped" reads
 # x twice and keeps the default policy so its second pass can hit L2). Off: on the H200 (bf16 8192 x 8192, round
 # `evict`, alternating points) it made the softmax 4% slower, 73.3 / 73.3 us against 70.6 / 70.4 us, though it
@@ -101,7 +108,7 @@ def _launch(x2, y2, cfg):
     warps = cfg["num_warps"]
     evict = "evict_first" if cfg["EVICT_FIRST"] else ""  # the loads' eviction_policy
     if variant == "looped":
-        _softmax_looped[(n_rows,)](*args, BLOCK=min(cfg["LOOP_BLOCK"], block), num_warps=warps)
+        _softmax_looped[(n_rows,)](*args, BLOCK=min(cfg["LOOP_BLOCK"], block), num_warps=cfg["LOOP_WARPS"])
     elif variant == "multirow":
         rows = max(1, min(cfg["ROWS"], cfg["MAX_BLOCK"] // block))
         _softmax_multirow[(triton.cdiv(n_rows, rows),)](*args, ROWS=rows, BLOCK=block, num_warps=warps,

@@ -218,3 +218,27 @@ def test_strided_layouts_on_gpu(kernel_type, set_name):
                 failure = compare(out, spec.run_reference(inputs), spec.tolerances[dtype],
                                   expect_dtype=spec.output_dtype or inputs[0].dtype)
                 assert failure is None, f"{kernel_type} {label} {spec.describe_shape(shape)} {dtype}: {failure}"
+
+
+# At the default (256 threads x 4 vectors of 16 bytes a thread, SMALL_N 1024): a bf16 row of 8192 fills the register
+# cache exactly and takes the kernel without the streaming loop; one more vector (8200) or fp32's 8192 (2048 vectors)
+# need it. Rows of one warp hold 4 x 32 vectors: bf16 1000 fits, fp32 1000 (250) does not; a base off the vector
+# boundary counts single elements (scalar kernel: 1,024 a block). The kernel without the loop traps on a row it
+# cannot hold (the GPU tests' 8192 / 8200 rows, tests/kernels/test_cuda_row_kernels.py).
+@pytest.mark.parametrize(("dtype", "n", "vec", "name"), [
+    (torch.bfloat16, 8192, 8, "softmax_bf16_v_w"),
+    (torch.bfloat16, 8200, 8, "softmax_bf16_r_v_w"),
+    (torch.float32, 8192, 4, "softmax_f32_r_v_w"),
+    (torch.float16, 50257, 8, "softmax_f16_r_v_w"),
+    (torch.bfloat16, 1000, 8, "softmax_bf16_v_n"),
+    (torch.float32, 1000, 4, "softmax_f32_r_v_n"),
+    (torch.float32, 100, 4, "softmax_f32_v_n"),
+    (torch.float16, 1024, 1, "softmax_f16_r_s_n"),
+    (torch.float16, 2000, 1, "softmax_f16_r_s_w"),
+    (torch.float16, 1025, 8, "softmax_f16_v_w"),
+])
+def test_softmax_takes_the_streaming_kernel_only_past_the_register_cache(dtype, n, vec, name):
+    module = _import("softmax")
+    assert module.CONFIG["THREADS"] == 256 and module.CONFIG["CACHE_VECS"] == 4 and module.CONFIG["SMALL_N"] == 1024
+    assert module._kernel_name(dtype, n, vec) == name
+    assert name in module.cuda_builds()[0][2]
