@@ -163,19 +163,16 @@ __device__ __forceinline__ int vec_head(const T* row, int n) {
     return mis ? min(n, VEC - mis) : 0;
 }
 
-// Visit every element of a row once as fp32: scalar loads up to the first VEC-element boundary, then
-// aligned vectors, LOADS of them issued before any is used (bytes in flight, not one load's latency at a
-// time), then the scalar tail. Any row length and start: rows of odd length (V = 50257) still get vectors.
-// (LOADS, not UNROLL: a template parameter must not share a name with a kernel's -D define.)
-// f is a functor with `template <int N> void operator()(const float (&v)[N])` and `static float pad()`
-// (what a missing element reads as: 0 for a sum, -inf for a max); it sees 1 or LOADS * VEC values. STREAM: the
-// vectors are loaded evict-first (load_vec).
+// Visit nvec vectors of a row once as fp32 (the vectors tid, tid + nthreads, ...), LOADS of them issued before any is
+// used (bytes in flight, not one load's latency at a time). (LOADS, not UNROLL: a template parameter must not share
+// a name with a kernel's -D define.) f is a functor with `template <int N> void operator()(const float (&v)[N])` and
+// `static float pad()` (what a missing element reads as: 0 for a sum, -inf for a max); it sees LOADS * VEC values a
+// call. STREAM: the vectors are loaded evict-first (load_vec). keep: vectors 0 .. nkeep - 1 are also copied there as
+// read (the softmax keeps the part of a wide row past its registers in shared memory for its write); each thread
+// stores only its own indices, so it may read them back without a barrier.
 template <typename T, int VEC, int LOADS, bool STREAM = false, typename F>
-__device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int tid, int nthreads, F& f) {
-    const int head = vec_head<T, VEC>(row, n);
-    for (int i = tid; i < head; i += nthreads) { const float one[1] = {to_float(row[i])}; f(one); }
-    const int nvec = (n - head) / VEC;
-    const Vec<T, VEC>* body = reinterpret_cast<const Vec<T, VEC>*>(row + head);
+__device__ __forceinline__ void scan_vecs(const Vec<T, VEC>* body, int nvec, int tid, int nthreads, F& f,
+                                          Vec<T, VEC>* keep = nullptr, int nkeep = 0) {
     for (int i0 = tid; i0 < nvec; i0 += nthreads * LOADS) {
         Vec<T, VEC> raw[LOADS];
 #pragma unroll
@@ -184,12 +181,25 @@ __device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int t
         float vals[LOADS * VEC];
 #pragma unroll
         for (int u = 0; u < LOADS; ++u) {
-            const bool ok = i0 + u * nthreads < nvec;
+            const int i = i0 + u * nthreads;
+            const bool ok = i < nvec;
+            if (ok && (unsigned)i < (unsigned)nkeep) keep[i] = raw[u];  // unsigned: nkeep 0 compiles it out
 #pragma unroll
             for (int k = 0; k < VEC; ++k) vals[u * VEC + k] = ok ? to_float(raw[u].v[k]) : F::pad();
         }
         f(vals);
     }
+}
+
+// Visit every element of a row once as fp32: scalar loads up to the first VEC-element boundary, then the aligned
+// vectors (scan_vecs), then the scalar tail; f sees 1 or LOADS * VEC values a call. Any row length and start: rows of
+// odd length (V = 50257) still get vectors.
+template <typename T, int VEC, int LOADS, bool STREAM = false, typename F>
+__device__ __forceinline__ void scan_row(const T* __restrict__ row, int n, int tid, int nthreads, F& f) {
+    const int head = vec_head<T, VEC>(row, n);
+    for (int i = tid; i < head; i += nthreads) { const float one[1] = {to_float(row[i])}; f(one); }
+    const int nvec = (n - head) / VEC;
+    scan_vecs<T, VEC, LOADS, STREAM>(reinterpret_cast<const Vec<T, VEC>*>(row + head), nvec, tid, nthreads, f);
     for (int i = head + nvec * VEC + tid; i < n; i += nthreads) { const float one[1] = {to_float(row[i])}; f(one); }
 }
 
@@ -440,8 +450,10 @@ and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__
 it syncs the block when WPR > 1, so every thread must call it), `fast_exp2(x)` (2^x on the SFU, ~2 ulp) and
 `LOG2E`; for one-read row kernels `online_merge` / `online_fold<N>` (running max and sum of exp), the functor
 `OnlineLse`, `load_vec<STREAM>(p)` (a vector load, evict-first when STREAM), `vec_head<T, VEC>(row, n)` (elements
-before a row's first vector boundary) and `scan_row<T, VEC, LOADS[, STREAM]>(row, n, tid, nthreads, f)` (every
-element of a row once, LOADS vectors a thread in flight, handed to the functor f). On sm_80+ also the tensor-core
+before a row's first vector boundary), `scan_vecs<T, VEC, LOADS[, STREAM]>(body, nvec, tid, nthreads, f[, keep,
+nkeep])` (vectors handed to the functor f, LOADS a thread in flight, optionally copied to `keep` as read) and
+`scan_row<T, VEC, LOADS[, STREAM]>(row, n, tid, nthreads, f)` (every element of a row once: scalar head, scan_vecs,
+scalar tail). On sm_80+ also the tensor-core
 building blocks:
 `smem_addr(p)`, `cp_async16(dst, src, bytes)` (zero-fills past `bytes`), `cp_async_commit()`,
 `cp_async_wait<N>()`, `ldsm_x4` / `ldsm_x4_trans` (ldmatrix .x4) and `mma16816<T>(c, a, b0, b1)`

@@ -81,6 +81,7 @@
 #   streamk: the CUDA matmul's stream-K: GPU tests, `verify`, timed against 9b28142 and off; sustained clock; softmax UNROLL 4.
 #   softmax_wide: the Triton softmax with whole 50257-wide rows in registers (16 / 32 warps) against the default.
 #   final17: the CUDA softmax's UNROLL 4 default: GPU tests, `verify`, softmax / cross entropy table rows (bf16, fp16 GPT-2).
+#   final17c: the CUDA starters' GPU tests and `verify` of the softmax after scan_vecs.
 #   softmax_looped: the Triton softmax's looped kernel with 16 / 32 warps on GPT-2's rows.
 #   final17b: the Triton softmax's looped default (8192 x 16 warps): GPU tests, `verify`, its table rows.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
@@ -669,6 +670,10 @@ case "${1:-check}" in
       --backends triton,cuda --out "$out/table"
     step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
       --types softmax,cross_entropy --backends triton,cuda --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
+    ;;
+  final17c)  # after the softmax's streaming loop became nvrtc.scan_vecs (cross entropy / reduce SASS unchanged): every
+    # CUDA starter's GPU tests, the launch tests and the softmax's paths, `verify` of the softmax
+    cuda_softmax_checks
     ;;
   softmax_looped)  # the Triton softmax's looped kernel on GPT-2's rows with fewer, wider programs an SM (16 / 32 warps:
     # fewer rows in flight, so the second pass may find its row in L2), fp16 on the GPT-2 set

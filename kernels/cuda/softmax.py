@@ -96,28 +96,14 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
     OnlineLse lse;
     for (int i = tid; i < head; i += GROUP) { const float one[1] = {to_float(xrow[i])}; lse(one); }
     for (int i = tail + tid; i < len; i += GROUP) { const float one[1] = {to_float(xrow[i])}; lse(one); }
-    // A row wider than the registers: the rest streams through the online fold, UNROLL vectors a thread in
-    // flight; its first svecs vectors are kept in shared memory, any others read again below. It goes first: the
-    // cache is not yet live, so the kernel's registers are the larger of the two, not their sum (63 at UNROLL 2,
-    // 80 at 4). Each thread reads back only the vectors it kept (j = tid mod GROUP): no barrier needed.
+    // A row wider than the registers: the rest streams through the online fold (scan_vecs, nvrtc.PRELUDE), UNROLL
+    // vectors a thread in flight; its first svecs vectors are kept in shared memory, any others read again below. It
+    // goes first: the cache is not yet live, so the kernel's registers are the larger of the two, not their sum (63
+    // at UNROLL 2, 80 at 4). Each thread reads back only the vectors it kept (j = tid mod GROUP): no barrier needed.
     const int rest = REST ? nvec - CACHE_VECS * GROUP : 0;
     if (!REST && nvec > CACHE_VECS * GROUP) __trap();  // the launcher picked this kernel for a narrower row
     const V* xs = xr + CACHE_VECS * GROUP;
-    for (int j0 = tid; j0 < rest; j0 += GROUP * UNROLL) {
-        V raw[UNROLL];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u)
-            if (j0 + u * GROUP < rest) raw[u] = xs[j0 + u * GROUP];
-        float vals[UNROLL * VEC];
-#pragma unroll
-        for (int u = 0; u < UNROLL; ++u) {
-            const int j = j0 + u * GROUP;
-            if (j < rest && j < svecs) kept[j] = raw[u];
-#pragma unroll
-            for (int k = 0; k < VEC; ++k) vals[u * VEC + k] = j < rest ? to_float(raw[u].v[k]) : -INFINITY;
-        }
-        lse(vals);
-    }
+    if (REST) scan_vecs<T, VEC, UNROLL>(xs, rest, tid, GROUP, lse, kept, svecs);
     // Then the first CACHE_VECS * GROUP vectors of the row stay in registers (all their loads issued first);
     // entries past the row read -inf and add nothing.
     float cache[CACHE_VECS][VEC];
