@@ -149,6 +149,13 @@ cuda_softmax_checks() {  # every CUDA starter's GPU tests, the launch / shared-m
   kernel_checks cuda_softmax kernels/cuda/softmax.py "gpu or softmax or shared or launch" tests/test_nvrtc.py \
     tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py
 }
+softmax_table_rows() {  # the softmax / cross entropy rows of the starter table (both backends, baselines in turn three
+  # times): softmax in bf16 (LLaMA), softmax and cross entropy in fp16 (GPT-2)
+  step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
+    --backends triton,cuda --out "$out/table"
+  step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
+    --types softmax,cross_entropy --backends triton,cuda --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
+}
 triton_attention_checks() {  # the Triton attention's GPU tests (every spec set, the Gluon kernel's cases and
   # fallbacks) and `verify` of the file as it is
   kernel_checks triton_flash kernels/triton/flash_attention.py "flash_attention or gluon" \
@@ -617,10 +624,7 @@ case "${1:-check}" in
     # fp16 GPT-2), the softmax / cross entropy rows of the starter table (both backends) in bf16 and fp16 GPT-2
     cuda_softmax_checks
     cuda_softmax_variants benchmarks/variants/cuda_softmax_final16.json cpu,edge,odd,gpt2,llama7b
-    step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
-      --backends triton,cuda --out "$out/table"
-    step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
-      --types softmax,cross_entropy --backends triton,cuda --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
+    softmax_table_rows
     ;;
   round16)  # (1) the CUDA matmul's consumer with ring counters and pinned descriptor words (45 SASS instructions a
     # K slice, 62 before): GPU tests, `verify`, alternating with bc1752e's file (carry benchmarks/variants/base) in
@@ -654,8 +658,8 @@ case "${1:-check}" in
     cuda_softmax_variants benchmarks/variants/cuda_softmax_unroll4.json cpu,gpt2,llama7b
     ;;
   softmax_wide)  # the Triton softmax on GPT-2's 50257-wide rows (0.79x eager in final16: "looped" reads a row twice and
-    # takes two exps an element): whole rows in registers up to 65536 wide with 16 / 32 warps, against the default,
-    # fp16 on the GPT-2 set and bf16 on the LLaMA set
+    # takes two exps an element): whole rows in registers up to 65536 wide with 16 / 32 warps, against the default of
+    # then (looped, 4096 x 8 warps; named explicitly since), fp16 on the GPT-2 set and bf16 on the LLaMA set
     step 150 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend triton --dtype fp16 \
       --variants benchmarks/variants/softmax_wide.json --sets cpu,edge,odd,gpt2 --time-set gpt2 \
       --out "$out/softmax_fp16_gpt2"
@@ -666,17 +670,16 @@ case "${1:-check}" in
     # and the launch tests, `verify` of the softmax, the softmax / cross entropy rows of the starter table (both
     # backends, baselines in turn three times) in bf16 (LLaMA) and fp16 (GPT-2)
     cuda_softmax_checks
-    step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
-      --backends triton,cuda --out "$out/table"
-    step 150 starters_gpt2 python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
-      --types softmax,cross_entropy --backends triton,cuda --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
+    softmax_table_rows
     ;;
   final17c)  # after the softmax's streaming loop became nvrtc.scan_vecs (cross entropy / reduce SASS unchanged): every
     # CUDA starter's GPU tests, the launch tests and the softmax's paths, `verify` of the softmax
     cuda_softmax_checks
     ;;
   softmax_looped)  # the Triton softmax's looped kernel on GPT-2's rows with fewer, wider programs an SM (16 / 32 warps:
-    # fewer rows in flight, so the second pass may find its row in L2), fp16 on the GPT-2 set
+    # fewer rows in flight, so the second pass may find its row in L2), fp16 on the GPT-2 set. The session's run set
+    # the looped kernel's warps through num_warps (LOOP_WARPS came of it); the file now names LOOP_WARPS and the old
+    # default (4096 x 8) explicitly
     step 150 variants_softmax_fp16_gpt2 python3 benchmarks/variants_gpu.py softmax --backend triton --dtype fp16 \
       --variants benchmarks/variants/softmax_looped.json --sets cpu,edge,odd,gpt2 --time-set gpt2 \
       --out "$out/softmax_fp16_gpt2"

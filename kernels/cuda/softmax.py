@@ -26,9 +26,10 @@ BACKEND = "cuda"
 # the H200 (final16): UNROLL 2 144.5 us against 277.4 (eager 182.7); UNROLL 4 131.8 us but the 8192-wide LLaMA row 80.8
 # against 70.3 us, although that row never streams: the loop's registers (80 against 63) left 3 blocks an SM instead of
 # 4. Since then only the "_r" kernels (rows past the register cache) carry the loop, and UNROLL is theirs alone (the
-# others stay at 63 registers for any UNROLL; cuobjdump, sm_90). On an H100, alternating with 9b28142's file (rounds
-# round17, streamk): fp16 2048 x 50257 176.3-176.9 -> 160.5-161.3 us at UNROLL 4 (eager 204.3), UNROLL 2 as before;
-# bf16 8192 x 8192 94.3-95.0 us for all. UNROLL 8: 156.6 us, but 182 registers for bf16 (one block an SM).
+# others stay at 63-64 registers at UNROLL 2, 4 and 8; cuobjdump -res-usage, sm_90). On an H100, alternating with
+# 9b28142's file (rounds round17, streamk): fp16 2048 x 50257 176.3-176.9 -> 160.5-161.3 us at UNROLL 4 (eager
+# 204.3), UNROLL 2 as before; bf16 8192 x 8192 94.3-95.0 us for all. UNROLL 8: 156.6 us, but 182 registers for bf16
+# (one block an SM).
 CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "CACHE_VECS": 4, "UNROLL": 4, "SMALL_N": 1024, "ROW_SMEM_KB": 100}
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
@@ -103,7 +104,7 @@ __device__ __forceinline__ void softmax_rows(T* __restrict__ y, const T* __restr
     const int rest = REST ? nvec - CACHE_VECS * GROUP : 0;
     if (!REST && nvec > CACHE_VECS * GROUP) __trap();  // the launcher picked this kernel for a narrower row
     const V* xs = xr + CACHE_VECS * GROUP;
-    if (REST) scan_vecs<T, VEC, UNROLL>(xs, rest, tid, GROUP, lse, kept, svecs);
+    scan_vecs<T, VEC, UNROLL>(xs, rest, tid, GROUP, lse, kept, svecs);  // rest 0 without REST: compiled out
     // Then the first CACHE_VECS * GROUP vectors of the row stay in registers (all their loads issued first);
     // entries past the row read -inf and add nothing.
     float cache[CACHE_VECS][VEC];
