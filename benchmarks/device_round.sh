@@ -84,6 +84,10 @@
 #   final17c: the CUDA starters' GPU tests and `verify` of the softmax after scan_vecs.
 #   softmax_looped: the Triton softmax's looped kernel with 16 / 32 warps on GPT-2's rows.
 #   final17b: the Triton softmax's looped default (8192 x 16 warps): GPU tests, `verify`, its table rows.
+#   table18: every starter (both backends), baselines in turn three times; the GPU's calibration.
+#   cluster18: the CUDA matmul's WG_CLUSTER 2 points against its default, alternating (bf16, fp16).
+#   final18: the CUDA matmul's clustered-from-K-8192 default: table rows (5 in turn), GPU tests, `verify`.
+#   tune18: stages / GROUP_M / L2 promotion around the clustered matmul default; its sustained clock.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -691,6 +695,32 @@ case "${1:-check}" in
       --backends triton --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
     step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
       --backends triton --out "$out/table"
+    ;;
+  table18)  # every starter (both backends) at the LLaMA-7B shapes, ours / eager / torch.compile in turn three times,
+    # and the calibration (copy, GEMM) of the GPU it ran on: the table after the CUDA row kernels' rewrite
+    step 480 starters_all python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --out "$out/table"
+    step 60 calibrate python3 -m autokernel_ci gpu --calibrate
+    ;;
+  cluster18)  # the CUDA matmul's WG_CLUSTER 2 (with GROUP_M 16 and 8) against its default at the current consumer
+    # loop, alternating twice in one process, checked on every set, timed in bf16 and fp16 next to eager
+    step 200 variants_cluster python3 benchmarks/variants_gpu.py matmul --backend cuda \
+      --variants benchmarks/variants/cuda_matmul_cluster18.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cluster"
+    step 150 variants_cluster_fp16 python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype fp16 \
+      --variants benchmarks/variants/cuda_matmul_cluster18.json --sets cpu,llama7b --out "$out/cluster_fp16"
+    ;;
+  final18)  # the CUDA matmul's new default (WG_CLUSTER 2 from K = 8192, groups of GROUP_M block rows): its table rows
+    # with ours / eager / compile in turn five times, then its GPU tests (the clustered / unclustered builds at odd
+    # edges included) and `verify`
+    step 240 starters_matmul python3 benchmarks/check_starters_gpu.py --skip-check --repeats 5 --types matmul \
+      --backends cuda --out "$out/table"
+    kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
+      tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+    ;;
+  tune18)  # around the clustered default at 4096x11008x4096: 3 stages, GROUP_M 8 / 32, L2 promotion 128, alternating
+    # twice (checked on the cpu / odd / LLaMA sets), then the sustained clock of cuBLAS, the Gluon and the CUDA kernel
+    step 200 variants_tune python3 benchmarks/variants_gpu.py matmul --backend cuda \
+      --variants benchmarks/variants/cuda_matmul_tune18.json --sets cpu,odd,llama7b --out "$out/tune"
+    clock15_round
     ;;
   flash_table)  # the attention rows of the starter table (both backends, eager and torch.compile) for the committed
     # Gluon kernel (final7's table ran it before its tile-loop refactor)

@@ -30,8 +30,10 @@ WG_PERSISTENT: one block an SM walks the tiles in grouped order (the ring runs o
 loads the next tile while the consumers store this one). WG_TMA_STORE: the epilogue rounds the accumulators into a
 swizzled shared-memory buffer and TMA stores it (whole sectors; the TMA clips the ragged edges), in WG_STORE_SPLIT
 passes (2: a 32 KiB buffer, leaving room for a fourth stage). WG_CLUSTER 2: two CTAs computing vertically adjacent
-tiles share the B tile through TMA multicast (each loads half; stages freed in both CTAs): 1.5-3% faster at
-K = 11008 and 2-11% slower at K = 4096 on the H200, so off by default.
+tiles share the B tile through TMA multicast (each loads half; stages freed in both CTAs), for calls with K >=
+WG_CLUSTER_MIN_K (8192) only: the multicast halves B's L2-to-SM traffic, which pays where a tile's mainloop is long
+(K = 11008: 2-4% faster than without) and cost 2-11% at K = 4096 on the H200; a call below it launches the build
+without a cluster. GROUP_M counts block rows either way (a group of GROUP_M / WG_CLUSTER cluster rows).
 """
 
 import math
@@ -58,9 +60,13 @@ BACKEND = "cuda"
 # 0.94-0.97x cuBLAS, against 609-630 / 570-586 us (0.88-0.90x / 0.87-0.89x) for the earlier non-persistent kernel
 # with direct stores and 3 stages; persistent alone -1 to -3%, TMA store alone -3 to -6%, both with 3 stages
 # -10 to -17% / -3 to -6%. WG_CLUSTER 2 (B multicast) passes every check and runs 532-539 / 524-530 us (the
-# default 487-524 / 538-539 us in the same runs); a 128x128 tile 507-581 us with it. Its first version, with a
-# cluster-scope release on the remote arrival, ran 697-737 us (MEMBAR.ALL.GPU in the mainloop; see
-# nvrtc.mbar_arrive_cluster). Correct on every shape set in bf16 and fp16. Other GPUs run "mma".
+# default 487-524 / 538-539 us in the same runs); a 128x128 tile 507-581 us with it. WG_CLUSTER_MIN_K 8192 takes the
+# cluster where it won, at K = 11008 only; on an H100 (round cluster18, alternating; twelfth session in
+# docs/benchmarks/h200.md): 489.8 / 517.0 us against 512.0 / 522.4 without, and 487.2 / 512.1 with a cluster group of
+# 16 block rows (GROUP_M now counts block rows, so the default's 16 makes that group); ours / eager / compile in turn
+# five times: 0.99x eager (0.92-1.02) where the unclustered kernel had 0.95x (0.93-0.98, round16). The cluster's
+# first version, with a cluster-scope release on the remote arrival, ran 697-737 us (MEMBAR.ALL.GPU in the mainloop;
+# see nvrtc.mbar_arrive_cluster). Correct on every shape set in bf16 and fp16. Other GPUs run "mma".
 # WG_L2_PROMOTION: bytes the L2 fetches per TMA request (nvrtc.tensor_map); 128 (Triton's choice) measured 1-7%
 # slower than 256 here. GROUP_M 16 (the Triton Gluon kernel's), round cuda_mm_group, alternating: 536.3-536.5 us at
 # K = 11008 against 543.8-545.3 for 8 (+1.4%; repeats within 0.3%), 515.8-546.1 against 494.8-550.5 at K = 4096
@@ -71,7 +77,7 @@ BACKEND = "cuda"
 # (docs/benchmarks/h200.md, eleventh session).
 CONFIG = {"VARIANT": "wgmma", "TILE": "128x256_2x4", "BK": 64, "STAGES": 3, "GROUP_M": 16, "WG_TILE": "128x256",
           "WG_STAGES": 4, "WG_PERSISTENT": True, "WG_TMA_STORE": True, "WG_STORE_SPLIT": 2,
-          "WG_L2_PROMOTION": 256, "WG_CLUSTER": 1}
+          "WG_L2_PROMOTION": 256, "WG_CLUSTER": 2, "WG_CLUSTER_MIN_K": 8192}
 SEARCH_SPACE = {
     "VARIANT": ["wmma", "mma", "wgmma"],
     "TILE": ["64x64_2x2", "128x64_2x2", "64x128_2x2", "128x128_2x2", "128x128_2x4", "128x256_2x4", "256x128_4x2"],
@@ -85,6 +91,7 @@ SEARCH_SPACE = {
     "WG_STORE_SPLIT": [1, 2],
     "WG_L2_PROMOTION": [128, 256],
     "WG_CLUSTER": [1, 2],
+    "WG_CLUSTER_MIN_K": [0, 8192],
 }
 # Knobs that act only under some values of others (the search agent skips moves that rebuild one kernel): the WG_
 # knobs only in the wgmma kernel, WG_STORE_SPLIT only with the TMA-store epilogue. TILE / BK / STAGES / GROUP_M are
@@ -92,20 +99,21 @@ SEARCH_SPACE = {
 KNOB_SCOPE = {"WG_TILE": {"VARIANT": ["wgmma"]}, "WG_STAGES": {"VARIANT": ["wgmma"]},
               "WG_PERSISTENT": {"VARIANT": ["wgmma"]}, "WG_TMA_STORE": {"VARIANT": ["wgmma"]},
               "WG_STORE_SPLIT": {"VARIANT": ["wgmma"], "WG_TMA_STORE": [True]},
-              "WG_L2_PROMOTION": {"VARIANT": ["wgmma"]}, "WG_CLUSTER": {"VARIANT": ["wgmma"]}}
+              "WG_L2_PROMOTION": {"VARIANT": ["wgmma"]}, "WG_CLUSTER": {"VARIANT": ["wgmma"]},
+              "WG_CLUSTER_MIN_K": {"VARIANT": ["wgmma"], "WG_CLUSTER": [2]}}
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
-// Grouped block order (Parts 1 and 3): GROUP_M row panels of TM x TN tiles run column by column, so consecutive
+// Grouped block order (Parts 1 and 3): GROUP row panels of TM x TN tiles run column by column, so consecutive
 // blocks share the same B panel and a few A panels while they are in L2. Returns tile `tile`'s first (row, column).
-template <int TM, int TN>
+template <int TM, int TN, int GROUP>
 __device__ __forceinline__ int2 grouped_tile(int m, int n, int tile) {
     const int tiles_m = (m + TM - 1) / TM, tiles_n = (n + TN - 1) / TN;
-    const int per_group = GROUP_M * tiles_n;
-    const int first_m = (tile / per_group) * GROUP_M;
-    const int group_rows = min(tiles_m - first_m, GROUP_M);
+    const int per_group = GROUP * tiles_n;
+    const int first_m = (tile / per_group) * GROUP;
+    const int group_rows = min(tiles_m - first_m, GROUP);
     const int in_group = tile % per_group;
     return make_int2((first_m + in_group % group_rows) * TM, (in_group / group_rows) * TN);
 }
@@ -174,7 +182,7 @@ __device__ __forceinline__ void mma_gemm(T* __restrict__ out, const T* __restric
     const unsigned sbase = smem_addr(dsmem);  // 32-bit shared-space addresses: cheaper than generic pointers
     constexpr int E = sizeof(T);               // bytes an element: swz() offsets are in elements
 
-    const int2 origin = grouped_tile<BM, BN>(m, n, blockIdx.x);
+    const int2 origin = grouped_tile<BM, BN, GROUP_M>(m, n, blockIdx.x);
     const int bm = origin.x, bn = origin.y;
 
     auto load_stage = [&](int stage, int k0) {
@@ -504,6 +512,9 @@ static_assert(WG_BM == 128, "two consumer warpgroups x 64 rows (wgmma's M)");
 static_assert(WG_BN == 128 || WG_BN == 256, "wgmma m64nNk16 instantiated for N = 128 and 256");
 static_assert(WG_STAGES >= 2, "the ring needs at least two stages");
 static_assert(WG_CLUSTER == 1 || WG_CLUSTER == 2, "clusters of one or two CTAs");
+// GROUP_M counts block rows: a group holds GROUP_M / WG_CLUSTER rows of cluster tiles (at least one), the same L2
+// footprint clustered or not (clustered at K = 11008 on an H100: 487-512 us at this count, 490-517 at twice it).
+constexpr int WG_GROUP = GROUP_M / WG_CLUSTER > 0 ? GROUP_M / WG_CLUSTER : 1;
 
 // mbar_*, tma_load_2d, tensormap_acquire, wg_desc, wg_fence / wg_commit / wg_wait / wg_fence_acc and
 // Wgmma<T, N, TRANS_B> come from nvrtc.PRELUDE (its sm_90a block, autokernel_ci/nvrtc.py), shared with flash attention.
@@ -611,7 +622,7 @@ __device__ __forceinline__ void wgmma_consume(T* __restrict__ out, const void* m
         if (WG_CLUSTER > 1) mbar_arrive_cluster(bars + 8 * (WG_STAGES + s), rank ^ 1);
     };
     for (int ct = first; ct < ctiles; ct += step) {
-        int2 origin = grouped_tile<WG_CLUSTER * WG_BM, WG_BN>(m, n, ct);
+        int2 origin = grouped_tile<WG_CLUSTER * WG_BM, WG_BN, WG_GROUP>(m, n, ct);
         origin.x += rank * WG_BM;
 #pragma unroll
         for (int i = 0; i < WG_BN / 2; ++i) acc[i] = 0.f;
@@ -713,7 +724,7 @@ __device__ __forceinline__ void wgmma_gemm(T* __restrict__ out, const void* map_
             tensormap_acquire(map_b);
             int it = 0;
             for (int ct = first; ct < ctiles; ct += step) {
-                int2 origin = grouped_tile<WG_CLUSTER * WG_BM, WG_BN>(m, n, ct);
+                int2 origin = grouped_tile<WG_CLUSTER * WG_BM, WG_BN, WG_GROUP>(m, n, ct);
                 origin.x += rank * WG_BM;
                 for (int kt = 0; kt < ktiles; ++kt, ++it) {
                     const int s = it % WG_STAGES;
@@ -833,13 +844,20 @@ def _wg_shared(limit=_SHARED_LIMIT):
     return _wg_stages(limit) * _wg_stage_bytes() + _wg_out_bytes() + _WG_SLACK
 
 
-def _defines(limit=_SHARED_LIMIT):
+def _wg_cluster(k: int) -> int:
+    """The cluster size of a call with this K: WG_CLUSTER where K >= WG_CLUSTER_MIN_K, else 1 (the multicast pays
+    where a tile's mainloop is long; see WG_CLUSTER_MIN_K above)."""
+    return CONFIG["WG_CLUSTER"] if k >= CONFIG["WG_CLUSTER_MIN_K"] else 1
+
+
+def _defines(limit=_SHARED_LIMIT, cluster=None):
+    """The build's defines; `cluster` (a call's _wg_cluster) overrides WG_CLUSTER (a separate cubin)."""
     bm, bn, wm, wn = _tile()
     wg_bm, wg_bn = _wg_tile()
     return {"BM": bm, "BN": bn, "BK": CONFIG["BK"], "WARPS_M": wm, "WARPS_N": wn, "STAGES": _stages(limit),
             "GROUP_M": CONFIG["GROUP_M"], "WG_BM": wg_bm, "WG_BN": wg_bn, "WG_STAGES": _wg_stages(limit),
             "WG_TMA_STORE": int(bool(CONFIG["WG_TMA_STORE"])), "WG_STORE_SPLIT": CONFIG["WG_STORE_SPLIT"],
-            "WG_CLUSTER": CONFIG["WG_CLUSTER"], **_WMMA}
+            "WG_CLUSTER": CONFIG["WG_CLUSTER"] if cluster is None else cluster, **_WMMA}
 
 
 _WMMA_NAMES = [f"matmul_{s}_{v}" for s in _SUFFIX.values() for v in "sv"]
@@ -851,11 +869,15 @@ def cuda_builds():
     """(source, defines, kernel names[, arch]) of every build kernel_fn may request (the tests compile each; no arch:
     the device's own, sm_90 in the tests). The sm_90 build holds the wgmma kernels as traps (never launched)."""
     names = _WMMA_NAMES + _MMA_NAMES + _WGMMA_NAMES
-    return [(CUDA_SOURCE, _defines(), names), (CUDA_SOURCE, _defines(), names, nvrtc.WGMMA_ARCH)]
+    builds = [(CUDA_SOURCE, _defines(), names)]
+    if CONFIG["WG_CLUSTER"] > 1 and CONFIG["WG_CLUSTER_MIN_K"] > 0:  # calls below WG_CLUSTER_MIN_K: no cluster
+        builds.append((CUDA_SOURCE, _defines(cluster=1), _WGMMA_NAMES, nvrtc.WGMMA_ARCH))
+    return builds + [(CUDA_SOURCE, _defines(), names, nvrtc.WGMMA_ARCH)]  # CONFIG's own sm_90a build last
 
 
-def _kernel(name, limit=_SHARED_LIMIT, arch=None):
-    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(limit), arch=arch, source_name="matmul.cu")
+def _kernel(name, limit=_SHARED_LIMIT, arch=None, cluster=None):
+    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(limit, cluster), arch=arch,
+                                source_name="matmul.cu")
 
 
 def _rows16(t):
@@ -929,19 +951,19 @@ def _launch_wgmma(out, a, layout, rows, m, n, k):
         return False
     # "nn": b's [K, N] rows are N-major tiles, read transposed by wgmma; "nt": W's [N, K] rows are K-major, like a's.
     bm, bn = _wg_tile()
+    cluster = _wg_cluster(k)
     try:  # boxes (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts Part 3's descriptors expect
         promote = CONFIG["WG_L2_PROMOTION"]
         map_a = nvrtc.tensor_map(a, (bm, 64), swizzle=128, l2_promotion=promote)
         # nt with a cluster: each CTA loads its 1 / WG_CLUSTER of the B tile's rows and multicasts it
-        map_b = nvrtc.tensor_map(rows, (64, 64) if layout == "nn" else (bn // CONFIG["WG_CLUSTER"], 64), swizzle=128,
+        map_b = nvrtc.tensor_map(rows, (64, 64) if layout == "nn" else (bn // cluster, 64), swizzle=128,
                                  l2_promotion=promote)
     except nvrtc.TensorMapError as exc:
         nvrtc.warn_once(f"matmul VARIANT 'wgmma' falls back to 'mma': {exc}")
         return False
     map_out = _out_map(out)
     limit = nvrtc.shared_memory_limit(a.device)
-    kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", limit, arch=arch)
-    cluster = CONFIG["WG_CLUSTER"]
+    kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", limit, arch=arch, cluster=cluster)
     ctiles = math.ceil(m / (cluster * bm)) * math.ceil(n / bn)  # cluster tiles: `cluster` tiles along M sharing B
     if CONFIG["WG_PERSISTENT"]:  # one block an SM (384 threads x 168+ registers and ~226 KiB allow no second)
         ctiles = min(ctiles, _sm_count(a.device) // cluster)

@@ -21,7 +21,7 @@ BACKEND = "cuda"
 # the write (the rows-per-block kernels of rows <= SMALL_N never need it). 100 KiB: two blocks an SM on sm_90 (227
 # KiB a block, 228 an SM) hold a 50257-wide fp16 row each; 0 reads that part twice from memory. On an H100 (round
 # round16, alternating with bc1752e's file, which read such rows one element at a time): fp16 2048 x 50257 338.2 ->
-# 176.4 us (eager 204.3), 204.7 with ROW_SMEM_KB 0, 161.2 at UNROLL 4, 152.8 at 512 threads x UNROLL 4 (slower at
+# 176.4 us (eager 204.3), 204.7 with ROW_SMEM_KB 0, 161.2 at UNROLL 4, 152.8 at 512 threads x UNROLL 4 (then slower at
 # LLaMA's 8192: 210 us, half its cache empty); bf16 8192 x 8192 94.2-94.9 us for all of them, 94.8 for bc1752e. On
 # the H200 (final16): UNROLL 2 144.5 us against 277.4 (eager 182.7); UNROLL 4 131.8 us but the 8192-wide LLaMA row 80.8
 # against 70.3 us, although that row never streams: the loop's registers (80 against 63) left 3 blocks an SM instead of
@@ -207,11 +207,16 @@ def _kept_vectors(kernel, n: int, vec: int, elem: int, device: torch.device) -> 
     return max(min(rest, budget // (vec * elem)), 0)
 
 
+def _wide(n: int) -> bool:
+    """One block a row (the "w" kernels) past SMALL_N elements, else one warp a row (several rows a block)."""
+    return n > CONFIG["SMALL_N"]
+
+
 def _kernel_name(dtype: torch.dtype, n: int, vec: int) -> str:
     """The kernel for rows of n elements taken vec at a time (1: a base off the vector boundary): one block a row past
     SMALL_N ("w"), else one warp; with the streaming loop ("_r") when a row's n // vec vectors, the most it can have,
     overflow the register cache (CACHE_VECS a thread)."""
-    wide = n > CONFIG["SMALL_N"]
+    wide = _wide(n)
     rest = n // vec > CONFIG["CACHE_VECS"] * (CONFIG["THREADS"] if wide else 32)
     return f"softmax_{_SUFFIX[dtype]}{'_r' if rest else ''}_{'v' if vec > 1 else 's'}_{'w' if wide else 'n'}"
 
@@ -230,7 +235,7 @@ def kernel_fn(x):
     aligned = x2.data_ptr() % vec_bytes == 0 and y.data_ptr() % vec_bytes == 0
     if not aligned:
         vec = 1
-    wide = n > CONFIG["SMALL_N"]
+    wide = _wide(n)
     threads = CONFIG["THREADS"]
     rows_per_block = 1 if wide else threads // 32
     name = _kernel_name(x.dtype, n, vec)

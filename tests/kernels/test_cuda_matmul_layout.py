@@ -300,7 +300,10 @@ def _fake_launch(kernel, grid, block, args, shared_mem=0):
 
 def _layouts(a, b):
     """Operand layouts the harness and models pass: contiguous, b = W.T, rows padded (a slice), a transposed."""
-    pad = lambda t: torch.cat([t, torch.full((t.shape[0], 3), float("nan"), dtype=t.dtype)], 1)[:, : t.shape[1]]
+    def pad(t):
+        nans = torch.full((t.shape[0], 3), float("nan"), dtype=t.dtype, device=t.device)
+        return torch.cat([t, nans], 1)[:, : t.shape[1]]
+
     yield "contiguous", a, b
     yield "b_transposed", a, b.t().contiguous().t()
     yield "rows_padded", pad(a), pad(b)
@@ -353,11 +356,13 @@ class WgTile:
         self.out_bytes = self.bm * self.store_cols * 2 if tma_store else 0
 
     def cluster_origin(self, ct: int, m: int, n: int) -> tuple[int, int]:
-        """grouped_tile<WG_CLUSTER * WG_BM, WG_BN>(m, n, ct): the first row and column of cluster tile ct."""
+        """grouped_tile<WG_CLUSTER * WG_BM, WG_BN, WG_GROUP>(m, n, ct): the first row and column of cluster tile ct
+        (WG_GROUP: GROUP_M block rows make GROUP_M / WG_CLUSTER rows of cluster tiles, at least one)."""
         tiles_m, tiles_n = -(-m // (self.cluster * self.bm)), -(-n // self.bn)
-        per_group = self.group_m * tiles_n
-        first_m = (ct // per_group) * self.group_m
-        group_rows = min(tiles_m - first_m, self.group_m)
+        group = max(self.group_m // self.cluster, 1)
+        per_group = group * tiles_n
+        first_m = (ct // per_group) * group
+        group_rows = min(tiles_m - first_m, group)
         in_group = ct % per_group
         return (first_m + in_group % group_rows) * self.cluster * self.bm, (in_group // group_rows) * self.bn
 
@@ -529,7 +534,8 @@ def test_wgmma_emulated_kernel_computes_a_matmul(wg_tile, m, n, k, kmajor, grid,
     rng = np.random.default_rng(1)
     a = rng.integers(-4, 5, size=(m, k)).astype(np.float64)
     b = rng.integers(-4, 5, size=(k, n)).astype(np.float64)
-    t = WgTile(wg_tile, kmajor, stages=3, group_m=2, tma_store=tma_store, store_split=split, cluster=cluster)
+    # group_m 2 x cluster: groups of two cluster rows (WG_GROUP 2) whether clustered or not
+    t = WgTile(wg_tile, kmajor, stages=3, group_m=2 * cluster, tma_store=tma_store, store_split=split, cluster=cluster)
     out = wg_emulate(t, a, np.ascontiguousarray(b.T) if kmajor else b, m, n, k, grid=grid)
     assert not np.isnan(out).any(), "some output element was never written"
     np.testing.assert_array_equal(out, a @ b)
@@ -663,11 +669,12 @@ def test_every_wgmma_search_space_point_fits_shared_memory():
 # ---- the wgmma launcher on CPU tensors: tensor maps recorded, the kernel replaced by the emulation above ----
 def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     assert kernel.startswith("matmul_wgmma_"), kernel
-    kmajor = kernel.endswith("_nt")
+    kmajor = kernel.split("@")[0].endswith("_nt")
     out, map_a, map_b, map_out = args[:4]
     m, n, k = (v.value for v in args[4:])
     bm, bn = MODULE._wg_tile()
-    cluster = MODULE.CONFIG["WG_CLUSTER"]
+    cluster = MODULE.CONFIG["WG_CLUSTER"] if k >= MODULE.CONFIG["WG_CLUSTER_MIN_K"] else 1
+    assert kernel.endswith(f"@cluster{cluster}"), kernel  # the build of this call's cluster size
     ctiles = -(-m // (cluster * bm)) * -(-n // bn)
     clusters = min(ctiles, FAKE_SMS // cluster) if MODULE.CONFIG["WG_PERSISTENT"] else ctiles
     assert tuple(grid) == (clusters * cluster,) and tuple(block) == (384,)
@@ -685,6 +692,12 @@ def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     tile = WgTile(MODULE.CONFIG["WG_TILE"], kmajor, MODULE._wg_stages(), MODULE.CONFIG["GROUP_M"], tma_store,
                   MODULE.CONFIG["WG_STORE_SPLIT"], cluster)
     out.copy_(torch.from_numpy(wg_emulate(tile, map_a.rows, map_b.rows, m, n, k, grid=grid[0])))
+
+
+def _fake_kernel(name, limit=None, arch=None, cluster=None):
+    """The launcher's build request as "name@clusterN" (N: the WG_CLUSTER define that build gets)."""
+    assert arch == "sm_90a", arch
+    return f"{name}@cluster{MODULE._defines(cluster=cluster)['WG_CLUSTER']}"
 
 
 FAKE_SMS = 2  # the persistent launch's SM count on the CPU: fewer blocks than tiles in (130, 72, 264) at 128x128
@@ -707,10 +720,10 @@ def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_
     monkeypatch.setitem(MODULE.CONFIG, "WG_TMA_STORE", tma_store)
     monkeypatch.setitem(MODULE.CONFIG, "WG_STORE_SPLIT", split)
     monkeypatch.setitem(MODULE.CONFIG, "WG_CLUSTER", cluster)
+    monkeypatch.setitem(MODULE.CONFIG, "WG_CLUSTER_MIN_K", 0)  # clustered at every K when cluster is 2
     monkeypatch.setattr(MODULE, "_sm_count", lambda device: FAKE_SMS)
     monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
-    monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: (arch == "sm_90a" or pytest.fail(arch))
-                        and name)
+    monkeypatch.setattr(MODULE, "_kernel", _fake_kernel)
     monkeypatch.setattr(MODULE.nvrtc, "tensor_map", FakeTensorMap)
     monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: None)  # no bindings needed
     monkeypatch.setattr(MODULE.nvrtc, "launch", _fake_wgmma_launch)
@@ -724,13 +737,47 @@ def test_wgmma_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype, wg_
         assert torch.equal(got, expected), f"{name} {shape} {dtype}"
 
 
+@pytest.mark.parametrize("shape", [(130, 72, 264), (300, 520, 72), (64, 256, 96), (64, 255, 96)])
+@pytest.mark.parametrize(("operands", "layout"), [("contiguous", "nn"), ("b_transposed", "nt")])
+def test_wgmma_cluster_only_from_wg_cluster_min_k(monkeypatch, shape, operands, layout):
+    """WG_CLUSTER 2 with WG_CLUSTER_MIN_K 256: K >= 256 launches the 2-CTA build (B boxes halved for "nt", a grid of
+    cluster pairs), K < 256 the build without a cluster; both exact (_fake_wgmma_launch checks the launch)."""
+    for key, value in {"VARIANT": "wgmma", "WG_CLUSTER": 2, "WG_CLUSTER_MIN_K": 256, "WG_PERSISTENT": True}.items():
+        monkeypatch.setitem(MODULE.CONFIG, key, value)
+    monkeypatch.setattr(MODULE, "_sm_count", lambda device: FAKE_SMS)
+    monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
+    monkeypatch.setattr(MODULE, "_kernel", _fake_kernel)
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_map", FakeTensorMap)
+    monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: None)
+    launched = []
+    monkeypatch.setattr(MODULE.nvrtc, "launch", lambda kernel, **kw: (launched.append(kernel),
+                                                                      _fake_wgmma_launch(kernel, **kw)))
+    m, k, n = shape
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randint(-4, 5, (m, k), generator=gen).to(torch.bfloat16)
+    b = torch.randint(-4, 5, (k, n), generator=gen).to(torch.bfloat16)
+    x, y = {name: (x, y) for name, x, y in _layouts(a, b)}[operands]
+    assert torch.equal(MODULE.kernel_fn(x, y), (a.double() @ b.double()).to(torch.bfloat16))
+    assert launched == [f"matmul_wgmma_bf16_{layout}@cluster{2 if k >= 256 else 1}"]
+
+
+def test_cuda_builds_hold_the_unclustered_kernels_when_wg_cluster_min_k_is_set(monkeypatch):
+    monkeypatch.setitem(MODULE.CONFIG, "WG_CLUSTER", 2)
+    monkeypatch.setitem(MODULE.CONFIG, "WG_CLUSTER_MIN_K", 8192)
+    clusters = sorted(defines["WG_CLUSTER"] for _, defines, names, *arch in MODULE.cuda_builds()
+                      if arch == [MODULE.nvrtc.WGMMA_ARCH])
+    assert clusters == [1, 2]
+    monkeypatch.setitem(MODULE.CONFIG, "WG_CLUSTER_MIN_K", 0)  # every K clustered: one sm_90a build
+    assert [d["WG_CLUSTER"] for _, d, _, *arch in MODULE.cuda_builds() if arch == [MODULE.nvrtc.WGMMA_ARCH]] == [2]
+
+
 @pytest.mark.parametrize("promotion", MODULE.SEARCH_SPACE["WG_L2_PROMOTION"])
 def test_wgmma_maps_carry_the_configured_l2_promotion(monkeypatch, promotion):
     monkeypatch.setitem(MODULE.CONFIG, "VARIANT", "wgmma")
     monkeypatch.setitem(MODULE.CONFIG, "WG_L2_PROMOTION", promotion)
     monkeypatch.setattr(MODULE, "_sm_count", lambda device: FAKE_SMS)
     monkeypatch.setattr(MODULE, "_wgmma_arch", lambda device: "sm_90a")
-    monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: name)
+    monkeypatch.setattr(MODULE, "_kernel", _fake_kernel)
     monkeypatch.setattr(MODULE.nvrtc, "tensor_map", FakeTensorMap)
     monkeypatch.setattr(MODULE.nvrtc, "tensor_maps_unusable", lambda: None)
     monkeypatch.setattr(MODULE.nvrtc, "launch", _fake_wgmma_launch)  # asserts the maps' promotion
@@ -755,6 +802,7 @@ KERNEL_FORMULAS = [
     "origin.y + rank * (WG_BN / 2), 3)",  # nt: this CTA's half of B, multicast to both
     "const int j = rank * (WG_BN / 128) + jj;",  # nn: this CTA's 64-column blocks of B
     "for (int ct = first; ct < ctiles; ct += step)",  # the persistent walk over cluster tiles
+    "WG_GROUP = GROUP_M / WG_CLUSTER > 0 ? GROUP_M / WG_CLUSTER : 1;",  # ... in groups of GROUP_M block rows
     "origin.x += rank * WG_BM;",
     "wg_desc(base + (WG - 1) * 64 * 128, 16, 1024)",  # stage 0's A descriptor of warpgroup WG
     "B_KMAJOR ? wg_desc(base + WG_A_BYTES, 16, 1024)\n" + " " * 44 + ": wg_desc(base + WG_A_BYTES, 8192, 1024)",
@@ -840,3 +888,30 @@ def test_wgmma_build_for_sm90a_uses_hgmma_and_tma_without_spills(tmp_path, wg_ti
         # MEMBAR.ALL.GPU there and made the clustered kernel 45% slower on the H200 (ncu: membar stalls).
         mainloop = body[body.index("HGMMA"):body.index("WARPGROUP.DEPBAR.LE gsb0, 0x0")]
         assert "MEMBAR" not in mainloop and ("SYNCS.ARRIVE.TRANS64.RED" in mainloop) == (cluster > 1)
+
+
+# ---- on the GPU: the clustered and the unclustered wgmma builds at odd edges (the default clusters only from
+# WG_CLUSTER_MIN_K = 8192, which the spec's small sets never reach) ----
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("config", [{"WG_CLUSTER_MIN_K": 0}, {"WG_CLUSTER": 1}, {"WG_CLUSTER_MIN_K": 256}],
+                         ids=["clustered", "unclustered", "clustered_from_k256"])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
+@pytest.mark.parametrize("shape", [(300, 520, 72), (520, 257, 1000), (129, 8200, 136), (4000, 1024, 777)])
+def test_wgmma_clusters_on_gpu(config, dtype, shape):
+    from test_cuda_starters import _import
+
+    from autokernel_ci import kernelfile
+    from autokernel_ci.paths import starter_kernel
+
+    kf = kernelfile.load(starter_kernel("matmul", "cuda"))
+    module = _import("matmul", kf.with_config({**kf.config, **config}).source)
+    m, k, n = shape
+    gen = torch.Generator(device="cuda").manual_seed(5)
+    # small integers: fp32 accumulation is exact (|sums| < 2^24), so the result must equal the rounded exact product
+    a = torch.randint(-4, 5, (m, k), device="cuda", generator=gen).to(dtype)
+    b = torch.randint(-4, 5, (k, n), device="cuda", generator=gen).to(dtype)
+    expected = (a.double() @ b.double()).to(dtype)
+    for name, x, y in _layouts(a, b):
+        got = module.kernel_fn(x, y)
+        torch.cuda.synchronize()
+        assert torch.equal(got, expected), f"{name} {shape} {dtype} {config}"
