@@ -851,7 +851,7 @@ def _wg_cluster(k: int) -> int:
 
 
 def _defines(limit=_SHARED_LIMIT, cluster=None):
-    """The build's defines; `cluster` (a call's _wg_cluster) overrides WG_CLUSTER (a separate cubin)."""
+    """The build's defines; `cluster` (a call's _wg_cluster; 1 for the builds without wgmma) overrides WG_CLUSTER."""
     bm, bn, wm, wn = _tile()
     wg_bm, wg_bn = _wg_tile()
     return {"BM": bm, "BN": bn, "BK": CONFIG["BK"], "WARPS_M": wm, "WARPS_N": wn, "STAGES": _stages(limit),
@@ -867,15 +867,19 @@ _WGMMA_NAMES = [f"matmul_wgmma_{s}_{lay}" for s in ("f16", "bf16") for lay in ("
 
 def cuda_builds():
     """(source, defines, kernel names[, arch]) of every build kernel_fn may request (the tests compile each; no arch:
-    the device's own, sm_90 in the tests). The sm_90 build holds the wgmma kernels as traps (never launched)."""
+    the device's own, sm_90 in the tests). The sm_90 build holds the wgmma kernels as traps (never launched); the
+    sm_90a ones are the wgmma kernels at CONFIG's cluster and, where WG_CLUSTER_MIN_K splits the calls, without one."""
     names = _WMMA_NAMES + _MMA_NAMES + _WGMMA_NAMES
-    builds = [(CUDA_SOURCE, _defines(), names)]
+    # The build for the device's own arch holds the wgmma kernels as traps, without a cluster: __cluster_dims__ does
+    # not compile before sm_90 (A100, L4, RTX 4090 run this build's "mma" / "wmma" kernels).
+    builds = [(CUDA_SOURCE, _defines(cluster=1), names)]
     if CONFIG["WG_CLUSTER"] > 1 and CONFIG["WG_CLUSTER_MIN_K"] > 0:  # calls below WG_CLUSTER_MIN_K: no cluster
         builds.append((CUDA_SOURCE, _defines(cluster=1), _WGMMA_NAMES, nvrtc.WGMMA_ARCH))
     return builds + [(CUDA_SOURCE, _defines(), names, nvrtc.WGMMA_ARCH)]  # CONFIG's own sm_90a build last
 
 
-def _kernel(name, limit=_SHARED_LIMIT, arch=None, cluster=None):
+def _kernel(name, limit=_SHARED_LIMIT, arch=None, cluster=1):
+    """`name` from the build of these defines; cluster 1 (no __cluster_dims__) unless a wgmma launch asks."""
     return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(limit, cluster), arch=arch,
                                 source_name="matmul.cu")
 
