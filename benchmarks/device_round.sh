@@ -88,6 +88,11 @@
 #   cluster18: the CUDA matmul's WG_CLUSTER 2 points against its default, alternating (bf16, fp16).
 #   final18: the CUDA matmul's clustered-from-K-8192 default: table rows (5 in turn), GPU tests, `verify`.
 #   tune18: stages / GROUP_M / L2 promotion around the clustered matmul default; its sustained clock.
+#   read19: the reduce starters against read ceilings (CUB's flat sum, a same-bytes copy) under a dirty and a clean
+#          L2 flush (benchmarks/read_ceiling_gpu.py); the Triton reduce's PERSISTENT points checked on every set + timed; the CUDA
+#          matmul's GPU tests.
+#   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows and
+#          the calibration; CUDA rows and the CUDA matmul's GPU tests (the clustered default's threshold case).
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -703,6 +708,29 @@ case "${1:-check}" in
         --backends "$backend" --out "$out/table_$backend"
     done
     step 40 calibrate python3 -m autokernel_ci gpu --calibrate
+    ;;
+  read19)  # how fast a read-only kernel can go: the reduce starters, eager, compile, CUB's flat sum and a same-bytes copy
+    # under do_bench's dirty L2 flush and a clean one; then the CUDA matmul's GPU tests (its threshold case)
+    step 200 read_ceiling python3 benchmarks/read_ceiling_gpu.py --out "$out/read" \
+      --cuda-configs '[{"THREADS": 512, "UNROLL": 2}]' \
+      --triton-configs '[{"VARIANT": "row", "PERSISTENT": 8}, {"VARIANT": "row", "PERSISTENT": 4, "num_warps": 16}]'
+    step 100 variants_reduce_triton python3 benchmarks/variants_gpu.py reduce --backend triton \
+      --variants benchmarks/variants/reduce_persistent.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/triton_reduce"
+    step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py \
+      -k "gpu and (matmul or stress)"
+    ;;
+  table19a)  # the Triton half of table18's table (ours / eager / compile in turn three times) and the calibration
+    step 330 starters_triton python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends triton \
+      --out "$out/table_triton"
+    step 40 calibrate python3 -m autokernel_ci gpu --calibrate
+    ;;
+  table19b)  # the CUDA half of the table, then the CUDA matmul's GPU tests (the default crossing WG_CLUSTER_MIN_K)
+    step 330 starters_cuda python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends cuda \
+      --out "$out/table_cuda"
+    step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py \
+      -k "gpu and (matmul or stress)"
     ;;
   cluster18)  # the CUDA matmul's WG_CLUSTER 2 (with GROUP_M 16 and 8) against its default at the current consumer
     # loop, alternating twice in one process, checked on every set, timed in bf16 and fp16 next to eager

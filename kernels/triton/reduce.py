@@ -1,6 +1,7 @@
 """Sum over the last dimension, Triton: whole row, several rows per program, or a looped row, fp32 accumulation.
 
-Reading x is the whole cost (the output is 1/N of it). "row" loads a whole row and reduces once;
+Reading x is the whole cost (the output is 1/N of it). "row" loads a whole row and reduces once (PERSISTENT: a
+grid of PERSISTENT programs an SM walks the rows);
 "multirow" reduces ROWS narrow rows per program; "looped" accumulates LOOP_BLOCK lanes in fp32
 across the row and reduces the lanes once at the end (rows wider than MAX_BLOCK always take it).
 No atomics: results are bitwise deterministic. "auto" picks by row width.
@@ -12,7 +13,8 @@ import triton.language as tl
 
 KERNEL_TYPE = "reduce"
 BACKEND = "triton"
-CONFIG = {"VARIANT": "auto", "MAX_BLOCK": 16384, "LOOP_BLOCK": 4096, "ROWS": 8, "num_warps": 8, "EVICT_FIRST": True}
+CONFIG = {"VARIANT": "auto", "MAX_BLOCK": 16384, "LOOP_BLOCK": 4096, "ROWS": 8, "num_warps": 8, "EVICT_FIRST": True,
+          "PERSISTENT": 0}
 SEARCH_SPACE = {
     "VARIANT": ["auto", "row", "multirow", "looped"],
     "MAX_BLOCK": [8192, 16384, 32768],
@@ -20,7 +22,11 @@ SEARCH_SPACE = {
     "ROWS": [2, 4, 8, 16],
     "num_warps": [4, 8, 16],
     "EVICT_FIRST": [False, True],
+    "PERSISTENT": [0, 4, 8],
 }
+# PERSISTENT: 0 launches a program per row (per ROWS rows for "multirow"); k > 0 launches at most k programs an SM,
+# each walking whole rows (the "row" kernel's rows) num_programs apart: no program launches after the first wave.
+KNOB_SCOPE = {"PERSISTENT": {"VARIANT": ["auto", "row"]}}  # "multirow" / "looped" launch a program per row(s)
 # EVICT_FIRST marks x's lines first in line for L2 eviction: x is read once, so it need not displace anything
 # (Inductor's reductions load their streamed input this way). On the H200 (bf16 8192 x 8192, round `reduce2`,
 # benchmarks/variants/reduce_evict.json): 37.9-38.5 us against 41.5-42.2 us without, for "row", "looped" and
@@ -36,6 +42,15 @@ def _sum_row(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVICTI
     cols = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + row * x_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy=EVICTION).to(tl.float32)
     tl.store(y_ptr + row, tl.sum(x, axis=0).to(y_ptr.dtype.element_ty))
+
+
+@triton.jit
+def _sum_rows_persistent(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVICTION: tl.constexpr = ""):
+    cols = tl.arange(0, BLOCK)
+    for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):  # int64: row * x_stride > 2^31
+        x_row = x_ptr + row * x_stride
+        x = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=EVICTION).to(tl.float32)
+        tl.store(y_ptr + row, tl.sum(x, axis=0).to(y_ptr.dtype.element_ty))
 
 
 @triton.jit
@@ -61,6 +76,11 @@ def _sum_looped(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVI
     tl.store(y_ptr + row, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
 
 
+def _processors(device):
+    """SMs on a GPU; 1 under the CPU interpreter, so that each program there walks several rows too."""
+    return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1
+
+
 def _launch(x2, y, cfg):
     n_rows, n_cols = x2.shape
     block = triton.next_power_of_2(n_cols)
@@ -76,6 +96,9 @@ def _launch(x2, y, cfg):
     elif variant == "multirow":
         rows = max(1, min(cfg["ROWS"], cfg["MAX_BLOCK"] // block))
         _sum_multirow[(triton.cdiv(n_rows, rows),)](*args, ROWS=rows, BLOCK=block, **opts)
+    elif cfg["PERSISTENT"]:
+        programs = min(n_rows, cfg["PERSISTENT"] * _processors(x2.device))
+        _sum_rows_persistent[(programs,)](*args, BLOCK=block, **opts)
     else:
         _sum_row[(n_rows,)](*args, BLOCK=block, **opts)
 

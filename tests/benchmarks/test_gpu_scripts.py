@@ -116,3 +116,22 @@ def test_sustained_clock_refuses_empty_runs_and_counts_cycles(capsys, tmp_path):
     poller = sc.Poller()
     poller.samples = [(1.0, 1980.0, 300.0, 40.0), (2.0, 1500.0, 700.0, 60.0), (3.0, 1600.0, 690.0, 61.0)]
     assert [s[1] for s in poller.window(1.5, 3.0)] == [1500.0, 1600.0]
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is there: the script would run")
+def test_read_ceiling_refuses_a_machine_without_a_gpu(capsys, tmp_path):
+    rc = _script("read_ceiling_gpu")
+    with pytest.raises(SystemExit) as exc:
+        rc.main(["--out", str(tmp_path)])
+    assert exc.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+
+
+@pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
+def test_read_ceiling_stream_kernel_builds_at_every_point():
+    from autokernel_ci import nvrtc
+
+    rc = _script("read_ceiling_gpu")
+    for threads, unroll in rc.STREAM_POINTS:
+        assert 2048 % threads == 0, "2048 threads an SM come in whole blocks"
+        built = nvrtc.compile_check(rc.STREAM_SOURCE, "sm_90", defines={"THREADS": threads, "UNROLL": unroll})
+        assert built.kernels == ("read_stream",)

@@ -230,6 +230,21 @@ def test_every_variant_on_cpu_and_edge_shapes(kernel_type: str, point: dict) -> 
         module.CONFIG = saved
 
 
+@pytest.mark.parametrize("programs", [1, 3])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_reduce_persistent_programs_walk_every_row(programs: int, dtype: torch.dtype) -> None:
+    """PERSISTENT k launches k programs (the interpreter counts one SM): each walks rows k apart, the last ones
+    fewer; rows 7 and 8 (one past a multiple of 3 and 1) catch a walk that stops early or runs past the end."""
+    module = _module("reduce")
+    saved = module.CONFIG
+    module.CONFIG = {**saved, "VARIANT": "row", "PERSISTENT": programs}
+    try:
+        for shape in ({"M": 7, "N": 200}, {"M": 8, "N": 33}, {"M": 1, "N": 5}, {"B": 2, "M": 5, "N": 65}):
+            run_and_check(module, "reduce", _inputs("reduce", shape, dtype, seed=4), dtype)
+    finally:
+        module.CONFIG = saved
+
+
 @pytest.mark.parametrize("kernel_type", TYPES)
 def test_deterministic_and_input_dependent(kernel_type: str) -> None:
     module = _module(kernel_type)
@@ -432,6 +447,7 @@ SM90_KERNELS = [
     ("reduce", "_sum_looped", "bf16", {"BLOCK": 4096}),
     ("reduce", "_sum_row", "bf16", {"BLOCK": 8192, "EVICTION": "evict_first", "_ID": "evict_first"}),
     ("reduce", "_sum_looped", "bf16", {"BLOCK": 2048, "EVICTION": "evict_first", "_ID": "evict_first"}),
+    ("reduce", "_sum_rows_persistent", "bf16", {"BLOCK": 8192, "EVICTION": "evict_first", "_ID": "evict_first"}),
     ("softmax", "_softmax_row", "bf16", {"BLOCK": 8192, "EVICTION": "evict_first", "_ID": "evict_first"}),
     ("rmsnorm", "_rmsnorm_multirow", "bf16", {"ROWS": 4, "BLOCK": 1024, "EVICTION": "evict_first",
                                               "_ID": "evict_first"}),
