@@ -39,7 +39,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from check_starters_gpu import _import  # noqa: E402
 
 from autokernel_ci import kernelfile  # noqa: E402
+from autokernel_ci.compare import compare  # noqa: E402
 from autokernel_ci.paths import starter_kernel  # noqa: E402
+from autokernel_ci.specs import get_spec  # noqa: E402
 
 FLUSH_BYTES = 256 << 20  # > the 50 / 60 MiB L2 of an H100 / H200
 
@@ -135,11 +137,12 @@ def main(argv: list[str] | None = None) -> int:
         "copy": lambda: dst.copy_(half),
         **{f"stream_{t}_{u}": _stream(x, t, u) for t, u in STREAM_POINTS},
     }
-    expect = x.float().sum(-1)
+    spec = get_spec("reduce")
+    expect = spec.reference(x.double()).to(torch.bfloat16)
     for name in [n for n in candidates if n.startswith("ours")]:  # a wrong kernel's time means nothing
-        bad = ((candidates[name]().float() - expect).abs() > 1e-2 * expect.abs() + 0.1).sum().item()
-        if bad:  # bf16 keeps 8 bits: 1% of a sum is 2.5 of its roundings
-            raise SystemExit(f"{name}: {bad} of {expect.numel()} row sums off the fp32 sum by > 1%; not timed")
+        failure = compare(candidates[name](), expect, spec.tolerances[torch.bfloat16], expect_dtype=torch.bfloat16)
+        if failure is not None:
+            raise SystemExit(f"{name}: wrong against the reduce spec's reference ({failure.message}); not timed")
     times: dict[str, dict[str, list[float]]] = {f: {n: [] for n in candidates} for f in flushes}
     for _ in range(args.rounds):
         for flush_name, flush in flushes.items():

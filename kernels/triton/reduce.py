@@ -37,20 +37,22 @@ _MULTIROW_BELOW = 2048
 
 
 @triton.jit
-def _sum_row(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVICTION: tl.constexpr = ""):
-    row = tl.program_id(0).to(tl.int64)
+def _one_row(x_ptr, y_ptr, row, n_cols, x_stride, BLOCK: tl.constexpr, EVICTION: tl.constexpr):
+    """Row `row` (int64: row * x_stride passes 2^31) loaded whole and summed: the body of both "row" kernels."""
     cols = tl.arange(0, BLOCK)
     x = tl.load(x_ptr + row * x_stride + cols, mask=cols < n_cols, other=0.0, eviction_policy=EVICTION).to(tl.float32)
     tl.store(y_ptr + row, tl.sum(x, axis=0).to(y_ptr.dtype.element_ty))
 
 
 @triton.jit
+def _sum_row(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVICTION: tl.constexpr = ""):
+    _one_row(x_ptr, y_ptr, tl.program_id(0).to(tl.int64), n_cols, x_stride, BLOCK, EVICTION)
+
+
+@triton.jit
 def _sum_rows_persistent(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVICTION: tl.constexpr = ""):
-    cols = tl.arange(0, BLOCK)
-    for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):  # int64: row * x_stride > 2^31
-        x_row = x_ptr + row * x_stride
-        x = tl.load(x_row + cols, mask=cols < n_cols, other=0.0, eviction_policy=EVICTION).to(tl.float32)
-        tl.store(y_ptr + row, tl.sum(x, axis=0).to(y_ptr.dtype.element_ty))
+    for row in range(tl.program_id(0).to(tl.int64), n_rows, tl.num_programs(0)):
+        _one_row(x_ptr, y_ptr, row, n_cols, x_stride, BLOCK, EVICTION)
 
 
 @triton.jit

@@ -234,7 +234,7 @@ def test_every_variant_on_cpu_and_edge_shapes(kernel_type: str, point: dict) -> 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_reduce_persistent_programs_walk_every_row(programs: int, dtype: torch.dtype) -> None:
     """PERSISTENT k launches k programs (the interpreter counts one SM): each walks rows k apart, the last ones
-    fewer; rows 7 and 8 (one past a multiple of 3 and 1) catch a walk that stops early or runs past the end."""
+    fewer; 7, 8 and 10 rows (not multiples of 3) catch a walk that stops early or runs past the end."""
     module = _module("reduce")
     saved = module.CONFIG
     module.CONFIG = {**saved, "VARIANT": "row", "PERSISTENT": programs}
