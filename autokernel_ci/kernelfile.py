@@ -66,11 +66,11 @@ class KernelFile:
 
 # A CUDA kernel's name in a kernel file's source: `__global__ [attributes] void [attributes] NAME(`, the attributes
 # being __launch_bounds__(..) and __cluster_dims__(..) (nvcc accepts them on either side of `void`; every CUDA
-# starter writes the bounds after it), where NAME may be pasted by a macro (`matmul_wgmma_##NAME(`): then its literal
-# part, which every launched symbol contains.
+# starter writes the bounds after it), where NAME may be pasted by a macro (`matmul_wgmma_##NAME(`,
+# `reduce_##NAME##p(`): then its literal part, which every launched symbol contains.
 _CUDA_ATTRIBUTES = r"(?:(?:__launch_bounds__|__cluster_dims__)\s*\([^)]*\)\s*)*"
 _CUDA_KERNEL = re.compile(r"__global__\s+" + _CUDA_ATTRIBUTES + r"void\s+" + _CUDA_ATTRIBUTES +
-                          r"(\w+?)\s*(?:##\s*\w+\s*)?\(")
+                          r"(\w+?)\s*(?:##\s*\w+\s*)*\(")
 
 
 def cuda_kernel_names(source: str) -> list[str]:

@@ -89,7 +89,7 @@
 #   final18: the CUDA matmul's clustered-from-K-8192 default: table rows (5 in turn), GPU tests, `verify`.
 #   tune18: stages / GROUP_M / L2 promotion around the clustered matmul default; its sustained clock.
 #   read19: the reduce starters against read ceilings (CUB's flat sum, a same-bytes copy) under a dirty and a clean
-#          L2 flush (benchmarks/read_ceiling_gpu.py); the Triton reduce's PERSISTENT points checked on every set + timed; the CUDA
+#          L2 flush (benchmarks/read_ceiling_gpu.py); the PERSISTENT points of both reduces checked on every set + timed; the CUDA
 #          matmul's GPU tests.
 #   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows and
 #          the calibration; CUDA rows and the CUDA matmul's GPU tests (the clustered default's threshold case).
@@ -712,10 +712,12 @@ case "${1:-check}" in
   read19)  # how fast a read-only kernel can go: the reduce starters, eager, compile, CUB's flat sum and a same-bytes copy
     # under do_bench's dirty L2 flush and a clean one; then the CUDA matmul's GPU tests (its threshold case)
     step 200 read_ceiling python3 benchmarks/read_ceiling_gpu.py --out "$out/read" \
-      --cuda-configs '[{"THREADS": 512, "UNROLL": 2}]' \
+      --cuda-configs '[{"THREADS": 512, "UNROLL": 2}, {"PERSISTENT": 4}, {"PERSISTENT": 2, "THREADS": 512, "UNROLL": 2}]' \
       --triton-configs '[{"VARIANT": "row", "PERSISTENT": 8}, {"VARIANT": "row", "PERSISTENT": 4, "num_warps": 16}]'
     step 100 variants_reduce_triton python3 benchmarks/variants_gpu.py reduce --backend triton \
       --variants benchmarks/variants/reduce_persistent.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/triton_reduce"
+    step 100 variants_reduce_cuda python3 benchmarks/variants_gpu.py reduce --backend cuda \
+      --variants benchmarks/variants/cuda_reduce_persistent.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cuda_reduce"
     step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
       tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py \
       -k "gpu and (matmul or stress)"

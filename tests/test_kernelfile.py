@@ -77,6 +77,7 @@ def test_load_missing_file(tmp_path):
     ("__global__ __launch_bounds__(256) void before (float* y) {}", ["before"]),
     ('extern "C" __global__ void __launch_bounds__(fa::THREADS, 1) after_##SUFFIX(T* y) {}', ["after_"]),
     ("__global__ void __launch_bounds__(128)\n    pasted_ ## NAME (T* y) {}", ["pasted_"]),
+    ("__global__ void __launch_bounds__(128) twice_##NAME##p(T* y) {}", ["twice_"]),  # two pastes
     ("__global__ void __cluster_dims__(2, 1, 1) __launch_bounds__(384, 1) clustered(float* y) {}", ["clustered"]),
     ("__global__ __cluster_dims__(2, 1, 1) void __launch_bounds__(384) clustered_before(float* y) {}",
      ["clustered_before"]),

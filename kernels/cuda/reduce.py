@@ -13,7 +13,7 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "reduce"
 BACKEND = "cuda"
-CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "UNROLL": 4, "EVICT_FIRST": True, "SMALL_N": 2048}
+CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "UNROLL": 4, "EVICT_FIRST": True, "SMALL_N": 2048, "PERSISTENT": 0}
 # EVICT_FIRST: x's vectors are loaded evict-first (ld.global.cs), each being read once: on an H100 (round evict15,
 # bf16 8192 x 8192, alternating) 50.7 us against 56.3 us without, the same-bytes copy's 49.9 us.
 SEARCH_SPACE = {
@@ -22,7 +22,11 @@ SEARCH_SPACE = {
     "UNROLL": [1, 2, 4, 8],
     "EVICT_FIRST": [False, True],
     "SMALL_N": [0, 512, 1024, 2048, 4096],
+    "PERSISTENT": [0, 2, 4, 8],
 }
+# PERSISTENT: 0 launches a block per row (per THREADS / 32 rows when narrow); k > 0 launches at most k blocks an SM
+# (the "_p" kernels), each walking its row groups gridDim.x apart: no block launches after the first wave, so a
+# block's next row is requested while the SM's other blocks still reduce theirs.
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
@@ -37,24 +41,32 @@ struct RowSum {
         for (int k = 0; k < N; ++k) acc += v[k];
     }
 };
+// The rows of row group `g` (THREADS / (WPR * 32) rows, WPR warps a row), summed into y.
 template <typename T, int WPR>
-__device__ __forceinline__ void sum_rows(T* __restrict__ y, const T* __restrict__ x, int rows, int n) {
+__device__ __forceinline__ void sum_rows(T* __restrict__ y, const T* __restrict__ x, int rows, int n, int g) {
     __shared__ float red[THREADS / 32];
     constexpr int GROUP = WPR * 32;
     constexpr int VEC = (int)(VEC_BYTES / sizeof(T)) > 0 ? (int)(VEC_BYTES / sizeof(T)) : 1;
     const int tid = threadIdx.x % GROUP;
-    const int row = blockIdx.x * (THREADS / GROUP) + threadIdx.x / GROUP;
+    const int row = g * (THREADS / GROUP) + threadIdx.x / GROUP;
     const bool valid = row < rows;
     RowSum sum;
     if (valid) scan_row<T, VEC, UNROLL, EVICT_FIRST>(x + (long long)row * n, n, tid, GROUP, sum);
-    const float acc = group_sum<WPR>(sum.acc, red);
+    const float acc = group_sum<WPR>(sum.acc, red);  // syncs first: red[] is reused by a persistent block's next group
     if (valid && tid == 0) y[row] = from_float<T>(acc);
 }
 
+// A block per row group (_w: a row per block; _n: a warp per row), or (_wp / _np) gridDim.x blocks walking the
+// `groups` row groups gridDim.x apart.
 #define SUM_KERNEL(NAME, T, WPR)                                                                        \
     extern "C" __global__ void __launch_bounds__(THREADS) reduce_##NAME(T* __restrict__ y, const T* __restrict__ x, \
                                                                         int rows, int n) {              \
-        sum_rows<T, WPR>(y, x, rows, n);                                                                \
+        sum_rows<T, WPR>(y, x, rows, n, blockIdx.x);                                                    \
+    }                                                                                                   \
+    extern "C" __global__ void __launch_bounds__(THREADS) reduce_##NAME##p(T* __restrict__ y,           \
+                                                                           const T* __restrict__ x,     \
+                                                                           int rows, int n, int groups) { \
+        for (int g = blockIdx.x; g < groups; g += gridDim.x) sum_rows<T, WPR>(y, x, rows, n, g);        \
     }
 #define SUM_DTYPE(SUFFIX, T)                  \
     SUM_KERNEL(SUFFIX##_w, T, THREADS / 32)   \
@@ -75,8 +87,12 @@ def _defines():
 
 def cuda_builds():
     """(source, defines, kernel names) of every build kernel_fn may request (the tests compile each)."""
-    names = [f"reduce_{s}_{w}" for s in _SUFFIX.values() for w in "nw"]
+    names = [f"reduce_{s}_{w}{p}" for s in _SUFFIX.values() for w in "nw" for p in ("", "p")]
     return [(CUDA_SOURCE, _defines(), names)]
+
+
+def _processors(device):
+    return torch.cuda.get_device_properties(device).multi_processor_count  # torch caches the properties
 
 
 def kernel_fn(x):
@@ -91,8 +107,12 @@ def kernel_fn(x):
     wide = n > CONFIG["SMALL_N"]
     threads = CONFIG["THREADS"]
     rows_per_block = 1 if wide else threads // 32
+    groups = math.ceil(rows / rows_per_block)
     name = f"reduce_{_SUFFIX[x.dtype]}_{'w' if wide else 'n'}"
+    args = (y, x2, nvrtc.i32(rows), nvrtc.i32(n))
+    if CONFIG["PERSISTENT"]:
+        name, args = name + "p", args + (nvrtc.i32(groups),)
+        groups = min(groups, CONFIG["PERSISTENT"] * _processors(x.device))
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="reduce.cu")
-    nvrtc.launch(kernel, grid=(math.ceil(rows / rows_per_block),), block=(threads,),
-                 args=(y, x2, nvrtc.i32(rows), nvrtc.i32(n)))
+    nvrtc.launch(kernel, grid=(groups,), block=(threads,), args=args)
     return y.view(x.shape[:-1])
