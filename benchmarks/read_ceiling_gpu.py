@@ -122,7 +122,7 @@ def main(argv: list[str] | None = None) -> int:
     dst = torch.empty_like(half)
     flush_buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
     flush_sum = torch.empty((), dtype=torch.int64, device="cuda")
-    flushes = {"dirty": flush_buf.zero_, "clean": lambda: torch.sum(flush_buf, out=flush_sum)}
+    flushes = {"dirty": flush_buf.zero_, "clean": lambda: torch.sum(flush_buf, dim=0, out=flush_sum)}
     compiled = torch.compile(lambda t: t.sum(-1))
     workdir = Path(tempfile.mkdtemp(prefix="read-ceiling-"))
     points = {backend: json.loads(text) for backend, text in (("cuda", args.cuda_configs),
