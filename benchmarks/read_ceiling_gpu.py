@@ -79,6 +79,14 @@ def _stream(x: torch.Tensor, threads: int, unroll: int) -> Callable[[], object]:
     return lambda: nvrtc.launch(kernel, grid=(blocks,), block=(threads,), args=(x, nvrtc.i64(n), sink))
 
 
+def make_flushes(nbytes: int, device: torch.device) -> dict[str, Callable[[], object]]:
+    """The two L2 flushes over one nbytes buffer: "dirty" zeroes it (do_bench's flush: dirty lines left in L2),
+    "clean" sums it into one int64 (its lines are read, nothing is written back)."""
+    buf = torch.empty(nbytes // 4, dtype=torch.int32, device=device)
+    total = torch.empty((), dtype=torch.int64, device=device)
+    return {"dirty": buf.zero_, "clean": lambda: torch.sum(buf, dim=0, out=total)}  # out= takes the dim overload
+
+
 def _kernel(backend: str, overrides: dict, workdir: Path) -> Callable:
     """The starter's kernel_fn with CONFIG overrides (written to a file: Triton's jit reads its source)."""
     kf = kernelfile.load(starter_kernel("reduce", backend))
@@ -120,9 +128,7 @@ def main(argv: list[str] | None = None) -> int:
     x = torch.randn(args.rows, args.cols, device="cuda").to(torch.bfloat16)
     half = x.view(-1)[: x.numel() // 2]
     dst = torch.empty_like(half)
-    flush_buf = torch.empty(FLUSH_BYTES // 4, dtype=torch.int32, device="cuda")
-    flush_sum = torch.empty((), dtype=torch.int64, device="cuda")
-    flushes = {"dirty": flush_buf.zero_, "clean": lambda: torch.sum(flush_buf, dim=0, out=flush_sum)}
+    flushes = make_flushes(FLUSH_BYTES, torch.device("cuda"))
     compiled = torch.compile(lambda t: t.sum(-1))
     workdir = Path(tempfile.mkdtemp(prefix="read-ceiling-"))
     points = {backend: json.loads(text) for backend, text in (("cuda", args.cuda_configs),

@@ -10,6 +10,7 @@ import types
 from pathlib import Path
 
 import pytest
+import torch
 
 from autokernel_ci.hardware.specs import load_spec
 
@@ -124,6 +125,19 @@ def test_read_ceiling_refuses_a_machine_without_a_gpu(capsys, tmp_path):
     with pytest.raises(SystemExit) as exc:
         rc.main(["--out", str(tmp_path)])
     assert exc.value.code == 2 and "needs a CUDA GPU" in capsys.readouterr().err
+
+
+def test_read_ceiling_flushes_run_and_only_the_dirty_one_writes():
+    """Both flushes are called thousands of times a run: a wrong torch call there (the first GPU run's sum with out=
+    but no dim) fails only after the whole set-up."""
+    rc = _script("read_ceiling_gpu")
+    flushes = rc.make_flushes(4096, torch.device("cpu"))
+    assert set(flushes) == {"dirty", "clean"}
+    buf = flushes["dirty"]()
+    assert buf.numel() == 1024 and not buf.any()
+    buf.fill_(3)
+    total = flushes["clean"]()
+    assert total.dtype == torch.int64 and int(total) == 3 * 1024 and int(buf.sum()) == 3 * 1024
 
 
 @pytest.mark.skipif(__import__("shutil").which("nvcc") is None, reason="nvcc not installed")
