@@ -91,8 +91,8 @@
 #   read19: the reduce starters against read ceilings (CUB's flat sum, a same-bytes copy) under a dirty and a clean
 #          L2 flush (benchmarks/read_ceiling_gpu.py); the PERSISTENT points of both reduces checked on every set + timed; the CUDA
 #          matmul's GPU tests.
-#   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows and
-#          the calibration; CUDA rows and the CUDA matmul's GPU tests (the clustered default's threshold case).
+#   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows,
+#          the calibration and the CUDA reduce's THREADS 512 / UNROLL 2 A/B; CUDA rows and the CUDA matmul's GPU tests (the clustered default's threshold case).
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -726,6 +726,8 @@ case "${1:-check}" in
     step 330 starters_triton python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends triton \
       --out "$out/table_triton"
     step 40 calibrate python3 -m autokernel_ci gpu --calibrate
+    step 60 variants_reduce_cuda_threads python3 benchmarks/variants_gpu.py reduce --backend cuda \
+      --variants benchmarks/variants/cuda_reduce_threads.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cuda_threads"
     ;;
   table19b)  # the CUDA half of the table, then the CUDA matmul's GPU tests (the default crossing WG_CLUSTER_MIN_K)
     step 330 starters_cuda python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends cuda \

@@ -16,6 +16,8 @@ BACKEND = "cuda"
 CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "UNROLL": 4, "EVICT_FIRST": True, "SMALL_N": 2048, "PERSISTENT": 0}
 # EVICT_FIRST: x's vectors are loaded evict-first (ld.global.cs), each being read once: on an H100 (round evict15,
 # bf16 8192 x 8192, alternating) 50.7 us against 56.3 us without, the same-bytes copy's 49.9 us.
+# THREADS 512 / UNROLL 2 (half the bytes in flight an SM) was 1.5-2.7% faster on an H100 (2026-12-06, three alternating
+# pairs); not the default until the H200, with 1.4x the bandwidth to cover, confirms it.
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
