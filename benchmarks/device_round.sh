@@ -89,10 +89,11 @@
 #   final18: the CUDA matmul's clustered-from-K-8192 default: table rows (5 in turn), GPU tests, `verify`.
 #   tune18: stages / GROUP_M / L2 promotion around the clustered matmul default; its sustained clock.
 #   read19: the reduce starters against read ceilings (CUB's flat sum, a same-bytes copy) under a dirty and a clean
-#          L2 flush (benchmarks/read_ceiling_gpu.py); the PERSISTENT points of both reduces checked on every set + timed; the CUDA
-#          matmul's GPU tests.
+#          L2 flush (benchmarks/read_ceiling_gpu.py); the PERSISTENT points of both reduces checked on every set and
+#          timed; the CUDA matmul's GPU tests.
 #   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows,
-#          the calibration and the CUDA reduce's THREADS 512 / UNROLL 2 A/B; CUDA rows and the CUDA matmul's GPU tests (the clustered default's threshold case).
+#          the calibration and the CUDA reduce's THREADS 512 / UNROLL 2 A/B; CUDA rows and the CUDA matmul's GPU
+#          tests (the clustered default's threshold case).
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -129,6 +130,13 @@ matmul_gpu_tests() {
   step 150 pytest_gpu env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
     tests/kernels/test_cuda_starters.py -k "gpu and matmul"
 }
+# The CUDA matmul's GPU tests: every layout, cluster and stress case (the clustered default's K = 8200 case too)
+CUDA_MATMUL_TESTS=(tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py)
+CUDA_MATMUL_FILTER="gpu and (matmul or stress)"
+cuda_matmul_gpu_tests() {  # those tests alone (pytest_cuda_matmul), without `verify`
+  step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+    "${CUDA_MATMUL_TESTS[@]}" -k "$CUDA_MATMUL_FILTER"
+}
 kernel_checks() {  # kernel_checks NAME KERNEL_FILE FILTER TEST_FILE...: the GPU tests FILTER selects in TEST_FILEs
   # (pytest_NAME) and `verify` of KERNEL_FILE as it is (verify_NAME, its JSON beside the log)
   local name="$1" file="$2" filter="$3"; shift 3
@@ -139,8 +147,7 @@ kernel_checks() {  # kernel_checks NAME KERNEL_FILE FILTER TEST_FILE...: the GPU
 cuda_matmul_against_base() {  # cuda_matmul_against_base NAME VARIANTS: the CUDA matmul's GPU tests and `verify`, then
   # the points of VARIANTS (an earlier file from benchmarks/variants/base/ alternating with the committed one) checked
   # on every set and timed in bf16 (variants_NAME), and checked at the cpu / LLaMA sets and timed in fp16
-  kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
-    tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+  kernel_checks cuda_matmul kernels/cuda/matmul.py "$CUDA_MATMUL_FILTER" "${CUDA_MATMUL_TESTS[@]}"
   step 200 "variants_$1" python3 benchmarks/variants_gpu.py matmul --backend cuda \
     --variants "$2" --sets cpu,edge,odd,gpt2,llama7b --out "$out/$1"
   step 120 "variants_$1_fp16" python3 benchmarks/variants_gpu.py matmul --backend cuda --dtype fp16 \
@@ -495,8 +502,7 @@ case "${1:-check}" in
       --variants benchmarks/variants/cuda_matmul_group.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cuda_mm"
     ;;
   final12)  # the CUDA matmul at GROUP_M 16: its GPU tests (stress cases included), `verify`, its starter-table rows
-    kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
-      tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+    kernel_checks cuda_matmul kernels/cuda/matmul.py "$CUDA_MATMUL_FILTER" "${CUDA_MATMUL_TESTS[@]}"
     step 120 starters_table python3 benchmarks/check_starters_gpu.py --skip-check --types matmul \
       --backends triton,cuda --out "$out/table"
     ;;
@@ -718,11 +724,10 @@ case "${1:-check}" in
       --variants benchmarks/variants/reduce_persistent.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/triton_reduce"
     step 100 variants_reduce_cuda python3 benchmarks/variants_gpu.py reduce --backend cuda \
       --variants benchmarks/variants/cuda_reduce_persistent.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cuda_reduce"
-    step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py \
-      -k "gpu and (matmul or stress)"
+    cuda_matmul_gpu_tests
     ;;
-  table19a)  # the Triton half of table18's table (ours / eager / compile in turn three times) and the calibration
+  table19a)  # the Triton half of table18's table (ours / eager / compile in turn three times), the calibration, and
+    # the CUDA reduce's THREADS 512 / UNROLL 2 alternating with its default (1.5-2.7% faster on an H100)
     step 330 starters_triton python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends triton \
       --out "$out/table_triton"
     step 40 calibrate python3 -m autokernel_ci gpu --calibrate
@@ -732,9 +737,7 @@ case "${1:-check}" in
   table19b)  # the CUDA half of the table, then the CUDA matmul's GPU tests (the default crossing WG_CLUSTER_MIN_K)
     step 330 starters_cuda python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends cuda \
       --out "$out/table_cuda"
-    step 200 pytest_cuda_matmul env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/test_nvrtc.py tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py \
-      -k "gpu and (matmul or stress)"
+    cuda_matmul_gpu_tests
     ;;
   cluster18)  # the CUDA matmul's WG_CLUSTER 2 (with GROUP_M 16 and 8) against its default at the current consumer
     # loop, alternating twice in one process, checked on every set, timed in bf16 and fp16 next to eager
@@ -748,8 +751,7 @@ case "${1:-check}" in
     # edges included) and `verify`
     step 240 starters_matmul python3 benchmarks/check_starters_gpu.py --skip-check --repeats 5 --types matmul \
       --backends cuda --out "$out/table"
-    kernel_checks cuda_matmul kernels/cuda/matmul.py "gpu and (matmul or stress)" tests/test_nvrtc.py \
-      tests/kernels/test_cuda_matmul_layout.py tests/kernels/test_cuda_starters.py
+    kernel_checks cuda_matmul kernels/cuda/matmul.py "$CUDA_MATMUL_FILTER" "${CUDA_MATMUL_TESTS[@]}"
     ;;
   tune18)  # around the clustered default at 4096x11008x4096: 3 stages, GROUP_M 8 / 32, L2 promotion 128, alternating
     # twice (checked on the cpu / odd / LLaMA sets), then the sustained clock of cuBLAS, the Gluon and the CUDA kernel

@@ -27,9 +27,9 @@ SEARCH_SPACE = {
     "PERSISTENT": [0, 2, 4, 8],
 }
 # PERSISTENT: 0 launches a block per row (per THREADS / 32 rows when narrow); k > 0 launches at most k blocks an SM
-# (the "_p" kernels), each walking its row groups gridDim.x apart: no block launches after the first wave, so a
-# block's next row is requested while the SM's other blocks still reduce theirs. Off: on an H100 (round read19, bf16
-# 8192 x 8192, alternating) PERSISTENT 4 took 52.7 / 53.2 us against the default's 51.4 / 50.8.
+# (the "_p" kernels), each walking its row groups gridDim.x apart: no block launches after the first wave. Off
+# (block launches are not what limits the stream): on an H100 (round read19, bf16 8192 x 8192, alternating)
+# PERSISTENT 4 took 52.7 / 53.2 us against the default's 51.4 / 50.8.
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
@@ -94,10 +94,6 @@ def cuda_builds():
     return [(CUDA_SOURCE, _defines(), names)]
 
 
-def _processors(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count  # torch caches the properties
-
-
 def kernel_fn(x):
     n = x.shape[-1]
     x2 = x.contiguous().view(-1, n)
@@ -112,10 +108,10 @@ def kernel_fn(x):
     rows_per_block = 1 if wide else threads // 32
     groups = math.ceil(rows / rows_per_block)
     name = f"reduce_{_SUFFIX[x.dtype]}_{'w' if wide else 'n'}"
-    args = (y, x2, nvrtc.i32(rows), nvrtc.i32(n))
-    if CONFIG["PERSISTENT"]:
-        name, args = name + "p", args + (nvrtc.i32(groups),)
-        groups = min(groups, CONFIG["PERSISTENT"] * _processors(x.device))
+    grid, args = groups, (y, x2, nvrtc.i32(rows), nvrtc.i32(n))
+    if CONFIG["PERSISTENT"]:  # torch caches the device properties
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        name, grid, args = name + "p", min(groups, CONFIG["PERSISTENT"] * sms), args + (nvrtc.i32(groups),)
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="reduce.cu")
-    nvrtc.launch(kernel, grid=(groups,), block=(threads,), args=args)
+    nvrtc.launch(kernel, grid=(grid,), block=(threads,), args=args)
     return y.view(x.shape[:-1])

@@ -119,7 +119,7 @@ def test_sustained_clock_refuses_empty_runs_and_counts_cycles(capsys, tmp_path):
     assert [s[1] for s in poller.window(1.5, 3.0)] == [1500.0, 1600.0]
 
 
-@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="a GPU is there: the script would run")
+@pytest.mark.skipif(torch.cuda.is_available(), reason="a GPU is there: the script would run")
 def test_read_ceiling_refuses_a_machine_without_a_gpu(capsys, tmp_path):
     rc = _script("read_ceiling_gpu")
     with pytest.raises(SystemExit) as exc:

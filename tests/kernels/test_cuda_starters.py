@@ -204,6 +204,22 @@ def test_starter_survives_the_stress_cases_on_gpu(kernel_type: str, case_name: s
         assert failure is None, f"{kernel_type} {case_name} {spec.describe_shape(shape)} {dtype}: {failure}"
 
 
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+@pytest.mark.parametrize("persistent", [1, 2])
+@pytest.mark.parametrize(("rows", "n"), [(301, 2100), (4001, 100), (5, 2100)])  # wide, narrow (8-row groups), few
+def test_reduce_persistent_blocks_walk_every_row_on_gpu(persistent: int, rows: int, n: int) -> None:
+    """PERSISTENT k launches at most k blocks an SM (the _wp / _np kernels): 301 wide rows and 4001 narrow ones
+    (501 groups) outnumber 2 x 132 blocks, so blocks walk several groups and the last group is partial."""
+    kf = kernelfile.load(starter_kernel("reduce", "cuda"))
+    module = _import("reduce", kf.with_config({**kf.config, "PERSISTENT": persistent}).source)
+    gen = torch.Generator(device="cuda").manual_seed(3)
+    x = torch.randn(rows, n, device="cuda", generator=gen).to(torch.bfloat16)
+    spec = get_spec("reduce")
+    failure = compare(module.kernel_fn(x), spec.run_reference((x,)), spec.tolerances[torch.bfloat16],
+                      expect_dtype=torch.bfloat16)
+    assert failure is None, f"PERSISTENT {persistent} {rows}x{n}: {failure}"
+
+
 def test_starter_files_exist_for_every_type():
     missing = [t for t in KERNEL_TYPES if not Path(starter_kernel(t, "cuda")).is_file()]
     assert not missing
