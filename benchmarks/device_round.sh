@@ -92,8 +92,8 @@
 #          L2 flush (benchmarks/read_ceiling_gpu.py); the PERSISTENT points of both reduces checked on every set and
 #          timed; the CUDA matmul's GPU tests.
 #   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows,
-#          the calibration and the CUDA reduce's THREADS 512 / UNROLL 2 A/B; CUDA rows and the CUDA matmul's GPU
-#          tests (the clustered default's threshold case).
+#          the calibration and the CUDA reduce's THREADS A/B (default 512 / 2 against the old 256 / 4); CUDA rows and
+#          the CUDA matmul's GPU tests (the clustered default's threshold case).
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -718,7 +718,7 @@ case "${1:-check}" in
   read19)  # how fast a read-only kernel can go: the reduce starters, eager, compile, CUB's flat sum and a same-bytes copy
     # under do_bench's dirty L2 flush and a clean one; then the CUDA matmul's GPU tests (its threshold case)
     step 200 read_ceiling python3 benchmarks/read_ceiling_gpu.py --out "$out/read" \
-      --cuda-configs '[{"THREADS": 512, "UNROLL": 2}, {"PERSISTENT": 4}, {"PERSISTENT": 2, "THREADS": 512, "UNROLL": 2}]' \
+      --cuda-configs '[{"THREADS": 256, "UNROLL": 4}, {"PERSISTENT": 4, "THREADS": 256, "UNROLL": 4}, {"PERSISTENT": 2}]' \
       --triton-configs '[{"VARIANT": "row", "PERSISTENT": 8}, {"VARIANT": "row", "PERSISTENT": 4, "num_warps": 16}]'
     step 100 variants_reduce_triton python3 benchmarks/variants_gpu.py reduce --backend triton \
       --variants benchmarks/variants/reduce_persistent.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/triton_reduce"
@@ -727,7 +727,7 @@ case "${1:-check}" in
     cuda_matmul_gpu_tests
     ;;
   table19a)  # the Triton half of table18's table (ours / eager / compile in turn three times), the calibration, and
-    # the CUDA reduce's THREADS 512 / UNROLL 2 alternating with its default (1.5-2.7% faster on an H100)
+    # the CUDA reduce's default (THREADS 512 / UNROLL 2 since 12 of 12 H100 pairs) alternating with the old 256 / 4
     step 330 starters_triton python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends triton \
       --out "$out/table_triton"
     step 40 calibrate python3 -m autokernel_ci gpu --calibrate

@@ -13,11 +13,12 @@ from autokernel_ci import nvrtc
 
 KERNEL_TYPE = "reduce"
 BACKEND = "cuda"
-CONFIG = {"THREADS": 256, "VEC_BYTES": 16, "UNROLL": 4, "EVICT_FIRST": True, "SMALL_N": 2048, "PERSISTENT": 0}
+CONFIG = {"THREADS": 512, "VEC_BYTES": 16, "UNROLL": 2, "EVICT_FIRST": True, "SMALL_N": 2048, "PERSISTENT": 0}
 # EVICT_FIRST: x's vectors are loaded evict-first (ld.global.cs), each being read once: on an H100 (round evict15,
 # bf16 8192 x 8192, alternating) 50.7 us against 56.3 us without, the same-bytes copy's 49.9 us.
-# THREADS 512 / UNROLL 2 (half the bytes in flight an SM) was 1.5-2.7% faster on an H100 (2026-12-06, three alternating
-# pairs); not the default until the H200, with 1.4x the bandwidth to cover, confirms it.
+# THREADS 512 / UNROLL 2 (was 256 / 4; 2,048 threads an SM x 2 x 16 B = 64 KiB in flight, half as much): faster in 12
+# of 12 alternating pairs on two H100s (2026-12-06, bf16 8192 x 8192: 49.7-50.7 us against 50.6-51.3, median 1.6%),
+# equal at GPT-2's 8192 x 768 (10.0-10.9 us against 10.1-11.2, inside the spread); 8/8 on every set. Not yet on an H200.
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
