@@ -147,6 +147,21 @@ __device__ __forceinline__ V load_vec(const V* p) {
     }
 }
 
+// One vector store, plain or (STREAM) marked evict-first (st.global.cs: an output nothing in the kernel reads back
+// should not push out what is); 4-, 8- and 16-byte vectors, anything else stores plainly.
+template <bool STREAM, typename V>
+__device__ __forceinline__ void store_vec(V* p, const V& v) {
+    if constexpr (STREAM && sizeof(V) == 16) {
+        __stcs(reinterpret_cast<uint4*>(p), *reinterpret_cast<const uint4*>(&v));
+    } else if constexpr (STREAM && sizeof(V) == 8) {
+        __stcs(reinterpret_cast<uint2*>(p), *reinterpret_cast<const uint2*>(&v));
+    } else if constexpr (STREAM && sizeof(V) == 4) {
+        __stcs(reinterpret_cast<unsigned int*>(p), *reinterpret_cast<const unsigned int*>(&v));
+    } else {
+        *p = v;
+    }
+}
+
 // The running pair as a scan_row functor (below): one rescale per call, one SFU exp2 per value.
 struct OnlineLse {
     static __device__ __forceinline__ float pad() { return -INFINITY; }  // INFINITY is not constexpr in NVRTC
@@ -449,7 +464,8 @@ It provides `<cuda_fp16.h>`, `<cuda_bf16.h>`, `INFINITY` (NVRTC has no `<math.h>
 and `group_sum<WPR>(v, red)` (sum over the WPR warps sharing a row; `red` is `__shared__ float[warps]`;
 it syncs the block when WPR > 1, so every thread must call it), `fast_exp2(x)` (2^x on the SFU, ~2 ulp) and
 `LOG2E`; for one-read row kernels `online_merge` / `online_fold<N>` (running max and sum of exp), the functor
-`OnlineLse`, `load_vec<STREAM>(p)` (a vector load, evict-first when STREAM), `vec_head<T, VEC>(row, n)` (elements
+`OnlineLse`, `load_vec<STREAM>(p)` / `store_vec<STREAM>(p, v)` (a vector load / store, evict-first when STREAM),
+`vec_head<T, VEC>(row, n)` (elements
 before a row's first vector boundary), `scan_vecs<T, VEC, LOADS[, STREAM]>(body, nvec, tid, nthreads, f[, keep,
 nkeep])` (vectors handed to the functor f, LOADS a thread in flight, optionally copied to `keep` as read) and
 `scan_row<T, VEC, LOADS[, STREAM]>(row, n, tid, nthreads, f)` (every element of a row once: scalar head, scan_vecs,

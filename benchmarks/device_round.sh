@@ -94,6 +94,7 @@
 #   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows,
 #          the calibration and the CUDA reduce's THREADS A/B (default 512 / 2 against the old 256 / 4); CUDA rows and
 #          the CUDA matmul's GPU tests (the clustered default's threshold case).
+#   norms20: the CUDA layernorm / rmsnorm's EVICT_FIRST / STREAM_STORE points: GPU tests, checked on every set, timed.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -738,6 +739,17 @@ case "${1:-check}" in
     step 330 starters_cuda python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends cuda \
       --out "$out/table_cuda"
     cuda_matmul_gpu_tests
+    ;;
+  norms20)  # the CUDA layernorm / rmsnorm with evict-first loads of x (EVICT_FIRST) and stores of y (STREAM_STORE):
+    # their GPU tests, then every point checked on every set and timed alternating, twice a type
+    step 150 pytest_norms env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+      tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py -k "norm"
+    for t in layernorm rmsnorm; do
+      for run in 1 2; do
+        step 90 "variants_${t}_$run" python3 benchmarks/variants_gpu.py "$t" --backend cuda \
+          --variants benchmarks/variants/cuda_norms_evict.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/${t}_$run"
+      done
+    done
     ;;
   cluster18)  # the CUDA matmul's WG_CLUSTER 2 (with GROUP_M 16 and 8) against its default at the current consumer
     # loop, alternating twice in one process, checked on every set, timed in bf16 and fp16 next to eager

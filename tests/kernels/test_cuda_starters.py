@@ -10,7 +10,9 @@ from __future__ import annotations
 import ast
 import importlib.util
 import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -81,7 +83,7 @@ PRELUDE_DEFINITIONS = ("float to_float(", "T from_float(", "struct alignas(sizeo
                        "float group_sum(", "#define INFINITY", "unsigned smem_addr(", "void cp_async16(",
                        "void cp_async_commit(", "void ldsm_x4(", "void ldsm_x4_trans(", "void mma16816",
                        "float fast_exp2(", "void online_merge(", "void online_fold(", "void scan_row(",
-                       "struct OnlineLse", "V load_vec(", "int vec_head(")
+                       "struct OnlineLse", "V load_vec(", "void store_vec(", "int vec_head(")
 
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
@@ -159,6 +161,31 @@ def test_largest_search_space_point_still_compiles(kernel_type):
     source, defines, names, arch = _builds(kernel_type, module)[-1]  # flash_attention: the largest head dim
     result = nvrtc.compile_check(source, arch, defines=defines, source_name=f"{kernel_type}.cu")
     assert set(names) <= set(result.kernels)
+
+
+def _ptx(kernel_type: str, config: dict) -> str:
+    """The PTX nvcc makes of the starter's first build at CONFIG + config (the same flags NVRTC gets)."""
+    kf = kernelfile.load(starter_kernel(kernel_type, "cuda"))
+    source, defines, _names, arch = _builds(kernel_type, _import(kernel_type, kf.with_config({**kf.config,
+                                                                                             **config}).source))[0]
+    with tempfile.TemporaryDirectory() as tmp:
+        (Path(tmp) / "k.cu").write_text(source)
+        subprocess.run(["nvcc", f"-arch={arch}", "--ptx", *nvrtc.option_strings(defines), "-o", "k.ptx", "k.cu"],
+                       cwd=tmp, check=True, capture_output=True, timeout=300)
+        return (Path(tmp) / "k.ptx").read_text()
+
+
+@needs_nvcc
+@pytest.mark.parametrize("kernel_type", ["layernorm", "rmsnorm"])
+@pytest.mark.parametrize("evict_first", [False, True])
+@pytest.mark.parametrize("stream_store", [False, True])
+def test_norm_cache_policies_reach_the_ptx(kernel_type, evict_first, stream_store):
+    """EVICT_FIRST marks x's 16-byte loads .cs and STREAM_STORE y's 16-byte stores, each alone: the weights keep
+    the default policy (every row reads them)."""
+    ptx = _ptx(kernel_type, {"EVICT_FIRST": evict_first, "STREAM_STORE": stream_store})
+    assert ("ld.global.cs.v4" in ptx) == evict_first
+    assert ("st.global.cs.v4" in ptx) == stream_store
+    assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx, "the weights' vectors load with the default policy"
 
 
 def _shapes(spec):
