@@ -95,6 +95,7 @@
 #          the calibration and the CUDA reduce's THREADS A/B (default 512 / 2 against the old 256 / 4); CUDA rows and
 #          the CUDA matmul's GPU tests (the clustered default's threshold case).
 #   norms20: the CUDA layernorm / rmsnorm's EVICT_FIRST / STREAM_STORE points: GPU tests, checked on every set, timed.
+#   norms21: the same for WEIGHTS_LATE (weights loaded after the reductions) at three THREADS x CACHE_VECS points.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -116,6 +117,18 @@ step() {  # step LIMIT NAME CMD... : run with a time limit, log to $out/NAME.log
   local t0=$SECONDS
   timeout -k 10 "$limit" "$@" > "$out/$name.log" 2>&1
   echo "$name exit $? in $((SECONDS - t0)) s" | tee -a "$out/summary.txt"
+}
+cuda_norm_points() {  # cuda_norm_points FILE: the CUDA norms' GPU tests, then FILE's points of layernorm and rmsnorm
+  # checked on every set and timed alternating, twice a type
+  step 150 pytest_norms env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
+    tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py -k "norm"
+  local t run
+  for t in layernorm rmsnorm; do
+    for run in 1 2; do
+      step 90 "variants_${t}_$run" python3 benchmarks/variants_gpu.py "$t" --backend cuda \
+        --variants "$1" --sets cpu,edge,odd,gpt2,llama7b --out "$out/${t}_$run"
+    done
+  done
 }
 cuda_matmul_variants() {  # cuda_matmul_variants FILE: the CUDA matmul's CONFIG points of FILE checked on every set,
   # timed twice in bf16 (run-to-run spread; the first points of a run time fastest on a cool GPU), once in fp16
@@ -740,17 +753,10 @@ case "${1:-check}" in
       --out "$out/table_cuda"
     cuda_matmul_gpu_tests
     ;;
-  norms20)  # the CUDA layernorm / rmsnorm with evict-first loads of x (EVICT_FIRST) and stores of y (STREAM_STORE):
-    # their GPU tests, then every point checked on every set and timed alternating, twice a type
-    step 150 pytest_norms env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 \
-      tests/kernels/test_cuda_row_kernels.py tests/kernels/test_cuda_starters.py -k "norm"
-    for t in layernorm rmsnorm; do
-      for run in 1 2; do
-        step 90 "variants_${t}_$run" python3 benchmarks/variants_gpu.py "$t" --backend cuda \
-          --variants benchmarks/variants/cuda_norms_evict.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/${t}_$run"
-      done
-    done
-    ;;
+  norms20)  # the CUDA layernorm / rmsnorm with evict-first loads of x (EVICT_FIRST) and stores of y (STREAM_STORE)
+    cuda_norm_points benchmarks/variants/cuda_norms_evict.json ;;
+  norms21)  # the CUDA norms' weights loaded after the reductions (WEIGHTS_LATE: 128 -> 64 registers for layernorm)
+    cuda_norm_points benchmarks/variants/cuda_norms_late.json ;;
   cluster18)  # the CUDA matmul's WG_CLUSTER 2 (with GROUP_M 16 and 8) against its default at the current consumer
     # loop, alternating twice in one process, checked on every set, timed in bf16 and fp16 next to eager
     step 200 variants_cluster python3 benchmarks/variants_gpu.py matmul --backend cuda \

@@ -1,7 +1,7 @@
 """LayerNorm, CUDA C++ (NVRTC): one row per block (or per warp), 16-byte loads, two-pass statistics from registers.
 
-x is read from memory once into registers (up to CACHE_VECS vectors a thread, loaded with the weight's
-and bias's); the mean, then the
+x is read from memory once into registers (up to CACHE_VECS vectors a thread; the weight's and bias's are
+loaded for the output, WEIGHTS_LATE); the mean, then the
 variance of (x - mean), are reduced with warp shuffles in fp32 (two passes over registers, so a
 mean of 1000 with std 1 keeps its digits), then (x - mean) * rstd * weight + bias is written.
 """
@@ -15,7 +15,7 @@ from autokernel_ci import nvrtc
 KERNEL_TYPE = "layernorm"
 BACKEND = "cuda"
 CONFIG = {"THREADS": 128, "VEC_BYTES": 16, "CACHE_VECS": 4, "MIN_BLOCKS": 1, "SMALL_N": 1024, "EVICT_FIRST": True,
-          "STREAM_STORE": False}
+          "STREAM_STORE": False, "WEIGHTS_LATE": True}
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
@@ -24,11 +24,15 @@ SEARCH_SPACE = {
     "SMALL_N": [0, 512, 1024, 2048],
     "EVICT_FIRST": [False, True],
     "STREAM_STORE": [False, True],
+    "WEIGHTS_LATE": [False, True],
 }
 # EVICT_FIRST: x's register-cached vectors (read once) are loaded evict-first (ld.global.cs; the weights, read by every
 # row, keep the default policy); STREAM_STORE: y is stored evict-first (st.global.cs), nothing reading it back. On an
 # H100 (2026-12-06, round norms20, bf16 8192 x 4096, alternating): EVICT_FIRST 52.6-53.5 us against 53.4-54.3 off, 5 of
 # 5 pairs (about 1.5%); STREAM_STORE 53.2-54.0, both 53.6-54.4: no gain, off.
+# WEIGHTS_LATE: w and b are loaded in the output loop, after the reductions (L2 hits), not with x: 128 -> 64 registers
+# (ptxas, bf16 wide rows), 4 -> 8 blocks an SM. On an H100 (2026-12-06, round norms21 and a repeat, bf16 8192 x 4096,
+# alternating): 50.9-53.0 us against 52.6-53.7, 7 of 7 pairs (about 3%); at 256 x 2 / 256 x 4 / 512 x 1 52.9-79.6 us.
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
@@ -50,9 +54,9 @@ __device__ __forceinline__ void layernorm_rows(T* __restrict__ y, const T* __res
     V* yr = reinterpret_cast<V*>(y + base);
     const int nvec = valid ? n / VEC : 0;  // the host picks VEC so that VEC divides n
 
-    // The weight's and bias's vectors are loaded with x's (one latency, not a second one after the two
-    // reductions), all three kept as loaded (bf16: 4 registers a vector, not 8 floats): 62 -> 128 registers a
-    // thread, and half the blocks an SM, when x was kept as floats next to them.
+    // x is kept as loaded (bf16: 4 registers a vector, not 8 floats). WEIGHTS_LATE (the default) loads the
+    // weight's and bias's vectors in the output loop, where they are L2 hits, so only x's are held across the two
+    // reductions (64 registers a thread); off, they are loaded with x's (one latency fewer, 128 registers).
     V xc[CACHE_VECS], wc[CACHE_VECS], bc[CACHE_VECS];
     float sum = 0.f;
 #pragma unroll
@@ -60,8 +64,10 @@ __device__ __forceinline__ void layernorm_rows(T* __restrict__ y, const T* __res
         const int i = c * GROUP + tid;
         if (i < nvec) {
             xc[c] = load_vec<EVICT_FIRST>(xr + i);  // read once: the tail loops re-read only past the cache
-            wc[c] = wv[i];
-            bc[c] = bv[i];
+            if constexpr (!WEIGHTS_LATE) {
+                wc[c] = wv[i];
+                bc[c] = bv[i];
+            }
         }
     }
 #pragma unroll
@@ -98,6 +104,10 @@ __device__ __forceinline__ void layernorm_rows(T* __restrict__ y, const T* __res
     for (int c = 0; c < CACHE_VECS; ++c) {
         const int i = c * GROUP + tid;
         if (i < nvec) {
+            if constexpr (WEIGHTS_LATE) {
+                wc[c] = wv[i];
+                bc[c] = bv[i];
+            }
             V o;
 #pragma unroll
             for (int k = 0; k < VEC; ++k)
@@ -140,7 +150,7 @@ _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 def _defines():
     return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "CACHE_VECS": CONFIG["CACHE_VECS"],
             "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], "EVICT_FIRST": int(CONFIG["EVICT_FIRST"]),
-            "STREAM_STORE": int(CONFIG["STREAM_STORE"])}
+            "STREAM_STORE": int(CONFIG["STREAM_STORE"]), "WEIGHTS_LATE": int(CONFIG["WEIGHTS_LATE"])}
 
 
 def cuda_builds():

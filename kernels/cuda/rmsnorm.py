@@ -16,7 +16,7 @@ from autokernel_ci import nvrtc
 KERNEL_TYPE = "rmsnorm"
 BACKEND = "cuda"
 CONFIG = {"THREADS": 128, "VEC_BYTES": 16, "CACHE_VECS": 4, "MIN_BLOCKS": 1, "SMALL_N": 1024, "EVICT_FIRST": False,
-          "STREAM_STORE": False}
+          "STREAM_STORE": False, "WEIGHTS_LATE": False}
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],
@@ -25,11 +25,14 @@ SEARCH_SPACE = {
     "SMALL_N": [0, 512, 1024, 2048],
     "EVICT_FIRST": [False, True],
     "STREAM_STORE": [False, True],
+    "WEIGHTS_LATE": [False, True],
 }
 # EVICT_FIRST: x's register-cached vectors (read once) are loaded evict-first (ld.global.cs; the weights, read by every
 # row, keep the default policy); STREAM_STORE: y is stored evict-first (st.global.cs), nothing reading it back. Both
 # off: on an H100 (2026-12-06, round norms20, bf16 8192 x 4096, alternating) 49.5-50.2 / 49.9-50.0 / 50.0-50.7 us
 # (EVICT_FIRST / STREAM_STORE / both) against 49.2-50.1 without.
+# WEIGHTS_LATE (w loaded in the output loop; 95 -> 63 registers): off, 50.3-51.1 us against 49.4-50.4 (same H100,
+# round norms21's repeat, alternating): the rmsnorm's 96 registers already allow 5 blocks an SM.
 
 # nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
@@ -52,7 +55,8 @@ __device__ __forceinline__ void rmsnorm_rows(T* __restrict__ y, const T* __restr
 
     // The weight's vectors are loaded with x's (one latency, not a second one after the reduction), and both are
     // kept as loaded (bf16: 4 registers a vector, not 8 floats): 62 -> 96 registers a thread, and half the
-    // blocks an SM, when x was kept as floats next to the weights.
+    // blocks an SM, when x was kept as floats next to the weights. WEIGHTS_LATE loads them in the output loop
+    // instead (L2 hits after the reduction, fewer registers held across it).
     V xc[CACHE_VECS], wc[CACHE_VECS];
     float ss = 0.f;
 #pragma unroll
@@ -60,7 +64,7 @@ __device__ __forceinline__ void rmsnorm_rows(T* __restrict__ y, const T* __restr
         const int i = c * GROUP + tid;
         if (i < nvec) {
             xc[c] = load_vec<EVICT_FIRST>(xr + i);  // read once: the tail loops re-read only past the cache
-            wc[c] = wv[i];
+            if constexpr (!WEIGHTS_LATE) wc[c] = wv[i];
         }
     }
 #pragma unroll
@@ -82,6 +86,7 @@ __device__ __forceinline__ void rmsnorm_rows(T* __restrict__ y, const T* __restr
     for (int c = 0; c < CACHE_VECS; ++c) {
         const int i = c * GROUP + tid;
         if (i < nvec) {
+            if constexpr (WEIGHTS_LATE) wc[c] = wv[i];
             V o;
 #pragma unroll
             for (int k = 0; k < VEC; ++k) o.v[k] = from_float<T>(to_float(xc[c].v[k]) * inv * to_float(wc[c].v[k]));
@@ -120,7 +125,7 @@ _SUFFIX = {torch.float32: "f32", torch.float16: "f16", torch.bfloat16: "bf16"}
 def _defines():
     return {"THREADS": CONFIG["THREADS"], "VEC_BYTES": CONFIG["VEC_BYTES"], "CACHE_VECS": CONFIG["CACHE_VECS"],
             "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], "EVICT_FIRST": int(CONFIG["EVICT_FIRST"]),
-            "STREAM_STORE": int(CONFIG["STREAM_STORE"])}
+            "STREAM_STORE": int(CONFIG["STREAM_STORE"]), "WEIGHTS_LATE": int(CONFIG["WEIGHTS_LATE"])}
 
 
 def cuda_builds():

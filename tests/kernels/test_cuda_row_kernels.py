@@ -119,11 +119,12 @@ def test_reduce_unrolled_loads(config, dtype, n):
 
 # Weights loaded with x and kept packed: rows past the cache (n = 5000 at 128 x 2 x 8 cached), a capped register
 # file (MIN_BLOCKS 4 spills at CACHE_VECS 4), the one-warp rows (SMALL_N) and the evict-first loads / stores (cached
-# vectors .cs, the tail plain) must all give the reference.
+# vectors .cs, the tail plain) and the weights loaded after the reductions must all give the reference.
 @pytest.mark.parametrize("kernel_type", ["rmsnorm", "layernorm"])
 @pytest.mark.parametrize("config", [{}, {"THREADS": 128, "CACHE_VECS": 2}, {"THREADS": 256, "CACHE_VECS": 4,
                                                                              "MIN_BLOCKS": 4}, {"SMALL_N": 8192},
-                                    {"THREADS": 128, "CACHE_VECS": 2, "EVICT_FIRST": True, "STREAM_STORE": True}])
+                                    {"THREADS": 128, "CACHE_VECS": 2, "EVICT_FIRST": True, "STREAM_STORE": True},
+                                    {"THREADS": 128, "CACHE_VECS": 2, "WEIGHTS_LATE": True}])
 @pytest.mark.parametrize("dtype", DTYPES)
 @pytest.mark.parametrize("n", [4096, 5000, 768])
 def test_norms_weights_in_flight(kernel_type, config, dtype, n):
