@@ -96,6 +96,7 @@
 #          the CUDA matmul's GPU tests (the clustered default's threshold case).
 #   norms20: the CUDA layernorm / rmsnorm's EVICT_FIRST / STREAM_STORE points: GPU tests, checked on every set, timed.
 #   norms21: the same for WEIGHTS_LATE (weights loaded after the reductions) at three THREADS x CACHE_VECS points.
+#   rotary21: the CUDA rotary's EVICT_FIRST (x loaded ld.global.cs) against its default, checked on every set, timed.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -757,6 +758,12 @@ case "${1:-check}" in
     cuda_norm_points benchmarks/variants/cuda_norms_evict.json ;;
   norms21)  # the CUDA norms' weights loaded after the reductions (WEIGHTS_LATE: 128 -> 64 registers for layernorm)
     cuda_norm_points benchmarks/variants/cuda_norms_late.json ;;
+  rotary21)  # the CUDA rotary's evict-first loads of x (EVICT_FIRST), checked on every set and timed alternating, twice
+    for run in 1 2; do
+      step 90 "variants_rotary_$run" python3 benchmarks/variants_gpu.py rotary_embedding --backend cuda \
+        --variants benchmarks/variants/cuda_rotary_evict.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/rotary_$run"
+    done
+    ;;
   cluster18)  # the CUDA matmul's WG_CLUSTER 2 (with GROUP_M 16 and 8) against its default at the current consumer
     # loop, alternating twice in one process, checked on every set, timed in bf16 and fp16 next to eager
     step 200 variants_cluster python3 benchmarks/variants_gpu.py matmul --backend cuda \

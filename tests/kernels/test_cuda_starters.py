@@ -188,6 +188,15 @@ def test_norm_cache_policies_reach_the_ptx(kernel_type, evict_first, stream_stor
     assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx, "the weights' vectors load with the default policy"
 
 
+@needs_nvcc
+@pytest.mark.parametrize("evict_first", [False, True])
+def test_rotary_evict_first_marks_only_x(evict_first):
+    """x's halves load .cs with EVICT_FIRST; cos / sin (shared by every row of a position) keep the default policy."""
+    ptx = _ptx("rotary_embedding", {"EVICT_FIRST": evict_first})
+    assert ("ld.global.cs.v4" in ptx) == evict_first
+    assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx, "cos / sin load with the default policy"
+
+
 def _shapes(spec):
     return spec.shapes("cpu", "edge")
 
