@@ -558,9 +558,13 @@ def compile_sm90(kernel_type: str, kernel_name: str, dtype: str, constexprs: dic
 def sm90_results() -> dict:
     """All SM90_KERNELS compiled in one child process without TRITON_INTERPRET (Triton decides
     interpreter mode when it is imported, so this process cannot compile)."""
+    repo = Path(__file__).resolve().parents[2]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
+    # A script's own folder, not the working directory, starts sys.path: this tree's package goes first, so the
+    # child imports the autokernel_ci under test even where another checkout is the installed one.
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(repo), env.get("PYTHONPATH", "")) if p)
     proc = subprocess.run([sys.executable, __file__, "--compile-sm90"], capture_output=True, text=True, env=env,
-                          timeout=600, cwd=Path(__file__).resolve().parents[2])
+                          timeout=600, cwd=repo)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
