@@ -1175,11 +1175,12 @@ def _nvcc() -> str:
 
 def compile_check(source: str, arch: str = "sm_90", *, defines: Defines = None, std: str = DEFAULT_STD,
                   source_name: str = "kernel.cu", ptxas_verbose: bool = False,
-                  keep_cubin: Path | None = None) -> CheckResult:
+                  keep_cubin: Path | None = None, keep_ptx: Path | None = None) -> CheckResult:
     """Compile `source` with nvcc to a cubin with the same flags NVRTC gets; raise CompileError on failure.
 
     ptxas_verbose adds `--ptxas-options=-v`: the log then holds each kernel's registers, stack and spill bytes.
-    keep_cubin: a path the cubin is copied to (for cuobjdump -sass).
+    keep_cubin: a path the cubin is copied to (for cuobjdump -sass). keep_ptx: a path the PTX of the same
+    compile is copied to (nvcc -keep leaves it beside the source; e.g. to see a load's cache policy).
 
     The source is written to a private temporary file and nvcc gets an argument list (no shell), so
     untrusted source text never reaches a shell.
@@ -1196,6 +1197,8 @@ def compile_check(source: str, arch: str = "sm_90", *, defines: Defines = None, 
         cmd = [_nvcc(), f"-arch={arch}", "--cubin", "-lineinfo", *options, "-o", str(out), source_name]
         if ptxas_verbose:
             cmd.insert(-3, "--ptxas-options=-v")
+        if keep_ptx is not None:
+            cmd.insert(-3, "-keep")
         start = time.perf_counter()
         proc = subprocess.run(cmd, cwd=tmp, capture_output=True, text=True, timeout=NVCC_TIMEOUT_S, check=False)
         seconds = time.perf_counter() - start
@@ -1205,6 +1208,8 @@ def compile_check(source: str, arch: str = "sm_90", *, defines: Defines = None, 
         data = out.read_bytes()
         if keep_cubin is not None:
             Path(keep_cubin).write_bytes(data)
+        if keep_ptx is not None:
+            Path(keep_ptx).write_text(src.with_suffix(".ptx").read_text())
     return CheckResult(arch=arch, kernels=tuple(sorted(elf_function_symbols(data))), seconds=seconds,
                        cubin_bytes=len(data), log=log)
 

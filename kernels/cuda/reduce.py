@@ -18,7 +18,8 @@ CONFIG = {"THREADS": 512, "VEC_BYTES": 16, "UNROLL": 2, "EVICT_FIRST": True, "SM
 # bf16 8192 x 8192, alternating) 50.7 us against 56.3 us without, the same-bytes copy's 49.9 us.
 # THREADS 512 / UNROLL 2 (was 256 / 4; 2,048 threads an SM x 2 x 16 B = 64 KiB in flight, half as much): faster in 12
 # of 12 alternating pairs on two H100s (2026-12-06, bf16 8192 x 8192: 49.7-50.7 us against 50.6-51.3, median 1.6%),
-# equal at GPT-2's 8192 x 768 (10.0-10.9 us against 10.1-11.2, inside the spread); 8/8 on every set. Not yet on an H200.
+# 8/8 on every set. At GPT-2's 8192 x 768 both took 10.0-11.2 us: 12.6 MB in ~10 us is a third of the stream's rate,
+# most likely the Python launch path's time (not profiled), so that shape decides nothing. Not yet on an H200.
 SEARCH_SPACE = {
     "THREADS": [128, 256, 512, 1024],
     "VEC_BYTES": [4, 8, 16],

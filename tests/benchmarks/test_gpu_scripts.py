@@ -13,6 +13,7 @@ import pytest
 import torch
 
 from autokernel_ci.hardware.specs import load_spec
+from autokernel_ci.specs import get_spec
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -151,16 +152,10 @@ def test_read_ceiling_stream_kernel_builds_at_every_point():
         assert built.kernels == ("read_stream",)
 
 
-def load_shape(kernel_type: str, set_name: str) -> dict:
-    from autokernel_ci.specs import get_spec
-
-    return get_spec(kernel_type).shapes(set_name)[0]
-
-
 def test_repeat_records_every_round_with_its_inputs(tmp_path):
     rp = _script("repeat_gpu")
     assert rp.main(["rmsnorm", "--backend", "triton", "--time-set", "cpu", "--times", "3", "--out", str(tmp_path)]) == 0
     data = json.loads((tmp_path / "repeat_triton_rmsnorm.json").read_text())
-    assert data["type"] == "rmsnorm" and data["shape"] == load_shape("rmsnorm", "cpu")
+    assert data["type"] == "rmsnorm" and data["shape"] == get_spec("rmsnorm").shapes("cpu")[0]
     assert [r["round"] for r in data["rows"]] == [0, 1, 2]
     assert all(r["ours_us"] > 0 and r["eager_us"] > 0 and len(r["ptrs"]) == 2 for r in data["rows"])

@@ -10,9 +10,7 @@ from __future__ import annotations
 import ast
 import importlib.util
 import shutil
-import subprocess
 import sys
-import tempfile
 from pathlib import Path
 from types import ModuleType
 
@@ -163,38 +161,25 @@ def test_largest_search_space_point_still_compiles(kernel_type):
     assert set(names) <= set(result.kernels)
 
 
-def _ptx(kernel_type: str, config: dict) -> str:
-    """The PTX nvcc makes of the starter's first build at CONFIG + config (the same flags NVRTC gets)."""
+# Each cache-policy knob alone: EVICT_FIRST marks x's 16-byte loads .cs, STREAM_STORE y's 16-byte stores. Plain
+# 16-byte loads must remain: rotary's cos / sin (every row of a position reads them); the norms' weights and the
+# re-reads of a row's tail past the register cache.
+_POLICY_POINTS = [(t, {"EVICT_FIRST": ef, "STREAM_STORE": ss}) for t in ("layernorm", "rmsnorm")
+                  for ef in (False, True) for ss in (False, True)]
+_POLICY_POINTS += [("rotary_embedding", {"EVICT_FIRST": ef}) for ef in (False, True)]
+
+
+@needs_nvcc
+@pytest.mark.parametrize(("kernel_type", "config"), _POLICY_POINTS)
+def test_cache_policy_knobs_reach_the_ptx(kernel_type, config, tmp_path):
     kf = kernelfile.load(starter_kernel(kernel_type, "cuda"))
-    source, defines, _names, arch = _builds(kernel_type, _import(kernel_type, kf.with_config({**kf.config,
-                                                                                             **config}).source))[0]
-    with tempfile.TemporaryDirectory() as tmp:
-        (Path(tmp) / "k.cu").write_text(source)
-        subprocess.run(["nvcc", f"-arch={arch}", "--ptx", *nvrtc.option_strings(defines), "-o", "k.ptx", "k.cu"],
-                       cwd=tmp, check=True, capture_output=True, timeout=300)
-        return (Path(tmp) / "k.ptx").read_text()
-
-
-@needs_nvcc
-@pytest.mark.parametrize("kernel_type", ["layernorm", "rmsnorm"])
-@pytest.mark.parametrize("evict_first", [False, True])
-@pytest.mark.parametrize("stream_store", [False, True])
-def test_norm_cache_policies_reach_the_ptx(kernel_type, evict_first, stream_store):
-    """EVICT_FIRST marks x's 16-byte loads .cs and STREAM_STORE y's 16-byte stores, each alone: the weights keep
-    the default policy (every row reads them)."""
-    ptx = _ptx(kernel_type, {"EVICT_FIRST": evict_first, "STREAM_STORE": stream_store})
-    assert ("ld.global.cs.v4" in ptx) == evict_first
-    assert ("st.global.cs.v4" in ptx) == stream_store
-    assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx, "the weights' vectors load with the default policy"
-
-
-@needs_nvcc
-@pytest.mark.parametrize("evict_first", [False, True])
-def test_rotary_evict_first_marks_only_x(evict_first):
-    """x's halves load .cs with EVICT_FIRST; cos / sin (shared by every row of a position) keep the default policy."""
-    ptx = _ptx("rotary_embedding", {"EVICT_FIRST": evict_first})
-    assert ("ld.global.cs.v4" in ptx) == evict_first
-    assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx, "cos / sin load with the default policy"
+    module = _import(kernel_type, kf.with_config({**kf.config, **config}).source)
+    source, defines, _names, arch = _builds(kernel_type, module)[0]
+    nvrtc.compile_check(source, arch, defines=defines, source_name=f"{kernel_type}.cu", keep_ptx=tmp_path / "k.ptx")
+    ptx = (tmp_path / "k.ptx").read_text()
+    assert ("ld.global.cs.v4" in ptx) == config["EVICT_FIRST"]
+    assert ("st.global.cs.v4" in ptx) == config.get("STREAM_STORE", False)
+    assert "ld.global.nc.v4" in ptx or "ld.global.v4" in ptx, "the shared inputs' loads keep the default policy"
 
 
 def _shapes(spec):
