@@ -47,6 +47,7 @@
 #   final8: Triton attention GPU tests (launches counted per kernel, fallbacks) and `verify` after the review.
 #   review: Triton GEMM / Gluon attention GPU tests and `verify` of both GEMM files after the review.
 #   launch: host time a call of the Triton GEMM / attention kernels by variant (cProfile of the launch path).
+#   launch_cuda: the same for the nine CUDA starters (next to eager), and one CUDA launch split into its steps.
 #   final12: the CUDA matmul at GROUP_M 16: GPU tests, `verify`, the matmul table rows (both backends).
 #   cuda_mm_group: the CUDA matmul at GROUP_M 16 / 3 stages + whole-tile store against its default.
 #   gpt2_gemm: the Gluon matmul / fused MLP defaults against tma at GPT-2 shapes, fp16.
@@ -523,6 +524,9 @@ case "${1:-check}" in
     ;;
   launch)  # host time a call of the Triton GEMM / attention kernels by variant at tiny shapes, and where it goes
     step 200 launch_overhead python3 benchmarks/launch_overhead.py --out "$out/launch"
+    ;;
+  launch_cuda)  # host time a call of each CUDA starter at its cpu shape (next to eager), one launch split into steps
+    step 200 launch_cuda python3 benchmarks/launch_overhead.py --backend cuda --out "$out/launch_cuda"
     ;;
   review)  # after the review: the launchers' shared descriptor rule (matmul _b_nk; fused MLP descriptors_ok) and the
     # launch counts in one helper: the Triton GEMM / Gluon attention GPU tests, `verify` of both GEMM files

@@ -259,6 +259,61 @@ def test_launch_on_torch_tensors(dtype, name, n):
     torch.testing.assert_close(y, (x.float() * 3).to(dtype))
 
 
+@needs_gpu
+def test_a_repeated_compile_kernel_is_one_lookup_and_other_defines_or_a_cleared_cache_miss(monkeypatch):
+    """Kernel files compile on every call: a hit must not reach build() (5.4 us an H100 call with Module.kernel)."""
+    first = nvrtc.compile_kernel(GOOD, "scale_f32", defines={"SCALE": 5})
+    monkeypatch.setattr(nvrtc, "build", lambda *a, **k: pytest.fail("build() reached on a repeated compile"))
+    assert nvrtc.compile_kernel(GOOD, "scale_f32", defines={"SCALE": 5}) is first
+    monkeypatch.undo()
+    assert nvrtc.compile_kernel(GOOD, "scale_f32", defines={"SCALE": 6}) is not first
+    assert nvrtc.compile_kernel(GOOD, "scale_bf16", defines={"SCALE": 5}).name == "scale_bf16"
+    assert first.device == torch.cuda.current_device()
+    nvrtc.clear_cache()
+    assert nvrtc.compile_kernel(GOOD, "scale_f32", defines={"SCALE": 5}) is not first
+
+
+@needs_gpu
+@needs_nvrtc
+def test_a_kernel_built_for_another_arch_is_refused_before_the_driver_loads_it():
+    other = "sm_80" if nvrtc.device_arch() != "sm_80" else "sm_90"
+    module = nvrtc.build(GOOD, defines={"SCALE": 2}, arch=other)
+    refusal = f"built for {other}, device {torch.cuda.current_device()} is {nvrtc.device_arch()}"
+    with pytest.raises(nvrtc.LaunchError, match=refusal):
+        module.kernel("scale_f32")
+    assert module._object is None  # the cubin never reached the driver
+
+
+@needs_gpu
+def test_launches_go_to_torchs_current_stream_of_the_moment():
+    side = torch.cuda.Stream()
+    default_handle = torch.cuda.current_stream().cuda_stream
+    with torch.cuda.stream(side):
+        assert int(nvrtc._stream(torch.cuda.current_device()).handle) == side.cuda_stream
+        x = torch.randn(3000, device="cuda")
+        y = torch.full_like(x, float("nan"))
+        nvrtc.launch(nvrtc.compile_kernel(GOOD, "scale_f32", defines={"SCALE": 3}), grid=(12,), block=(256,),
+                     args=(y, x, nvrtc.i32(3000)))
+        side.synchronize()  # the side stream alone: had the kernel gone elsewhere, y could still be NaN
+        torch.testing.assert_close(y, x * 3)
+    assert int(nvrtc._stream(torch.cuda.current_device()).handle) == default_handle
+
+
+def test_a_launch_config_is_built_once_a_geometry_and_the_cache_stays_bounded(monkeypatch):
+    core = nvrtc._core()
+    monkeypatch.setattr(nvrtc, "_CONFIGS", {})
+    first = nvrtc._launch_config(core, (4,), (128,), 0)
+    assert nvrtc._launch_config(core, [4], [128], 0) is first  # a list and a tuple are the same geometry
+    assert tuple(first.grid) == (4, 1, 1) and tuple(first.block) == (128, 1, 1)
+    assert nvrtc._launch_config(core, (4,), (128,), 1024) is not first  # shared memory is part of it
+    with pytest.raises(nvrtc.LaunchError, match="grid=.0"):
+        nvrtc._launch_config(core, (0,), (128,), 0)
+    monkeypatch.setattr(nvrtc, "LAUNCH_CONFIG_CACHE_SIZE", 3)
+    for blocks in range(1, 8):
+        nvrtc._launch_config(core, (blocks,), (32,), 0)
+        assert len(nvrtc._CONFIGS) <= 3
+
+
 BIG_SHARED = r"""
 extern "C" __global__ void reverse_through_shared(float* out, const float* in, int n) {
     extern __shared__ float buf[];  // n floats: more than the 48 KiB a launch gets without opting in
