@@ -915,3 +915,18 @@ def test_wgmma_clusters_on_gpu(config, dtype, shape):
         got = module.kernel_fn(x, y)
         torch.cuda.synchronize()
         assert torch.equal(got, expected), f"{name} {shape} {dtype} {config}"
+
+
+def test_the_remembered_defines_follow_config_changed_in_place(monkeypatch):
+    """_defines is kept by CONFIG's items (5.3 us of parsing a call on the CPU): a CONFIG edited in place, as the tests
+    and the search agent's in-process points do, must still get its own build."""
+    before = MODULE._defines()
+    assert MODULE._defines() is before  # kept
+    monkeypatch.setitem(MODULE.CONFIG, "WG_TILE", "128x128")
+    monkeypatch.setitem(MODULE.CONFIG, "GROUP_M", MODULE.CONFIG["GROUP_M"] + 1)
+    after = MODULE._defines()
+    assert (after["WG_BN"], after["GROUP_M"]) == (128, before["GROUP_M"] + 1) and before["WG_BN"] != 128
+    assert MODULE._defines(cluster=1)["WG_CLUSTER"] == 1
+    assert MODULE._defines()["WG_CLUSTER"] == MODULE.CONFIG["WG_CLUSTER"]
+    monkeypatch.undo()
+    assert MODULE._defines() is before
