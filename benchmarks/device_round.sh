@@ -98,6 +98,9 @@
 #   norms20: the CUDA layernorm / rmsnorm's EVICT_FIRST / STREAM_STORE points: GPU tests, checked on every set, timed.
 #   norms21: the same for WEIGHTS_LATE (weights loaded after the reductions) at three THREADS x CACHE_VECS points.
 #   rotary21: the CUDA rotary's EVICT_FIRST (x loaded ld.global.cs) against its default, checked on every set, timed.
+#   host16: the CUDA matmul / attention with their launch sizes kept beside their defines (_build): GPU tests, `verify`
+#          of both, then host time a call (launch_overhead.py --backend cuda) against the kernel files in OLD_KERNELS
+#          (a folder of the earlier kernels/cuda/*.py, copied over a copy of this tree), old and new in turn 3 times.
 #   clock15: the matmul at 4096x11008x4096 under sustained load (eager, Triton, CUDA) with the SM clock and power.
 #   matmul4: the CUDA matmul's WG_CLUSTER 2 (B multicast to a 2-CTA cluster) checked on every set and timed twice.
 #   final5: GPU tests, `verify` of the CUDA matmul, ncu stall reasons of WG_CLUSTER 2, the starter table with compile.
@@ -227,6 +230,18 @@ final15c_round() {  # the EVICT_FIRST defaults (reduce on, cross entropy off): `
   done
   step 150 starters_rows python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
     --types reduce,cross_entropy --backends triton,cuda --out "$out/table"
+}
+host16_round() {  # see host16 above; OLD_KERNELS must name a folder of earlier kernels/cuda files
+  kernel_checks cuda_matmul kernels/cuda/matmul.py "$CUDA_MATMUL_FILTER" "${CUDA_MATMUL_TESTS[@]}"
+  kernel_checks cuda_flash kernels/cuda/flash_attention.py "gpu or hopper or flash" \
+    tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py
+  local old=/tmp/old_tree run
+  rm -rf "$old" && mkdir -p "$old" && cp -r autokernel_ci benchmarks kernels gpu_specs templates "$old"/ && cp "${OLD_KERNELS:?}"/*.py "$old/kernels/cuda/"
+  for run in 1 2 3; do  # the working data goes to /tmp: the device tool brings back 8 files
+    step 150 "launch_old$run" env PYTHONPATH="$old" python3 "$old/benchmarks/launch_overhead.py" --backend cuda \
+      --out "/tmp/launch_old$run"
+    step 150 "launch_new$run" python3 benchmarks/launch_overhead.py --backend cuda --out "/tmp/launch_new$run"
+  done
 }
 case "${1:-check}" in
   check)
@@ -653,6 +668,7 @@ case "${1:-check}" in
     ;;
   final15c) final15c_round ;;
   clock15) clock15_round ;;
+  host16) host16_round ;;
   final16)  # softmax at UNROLL 4 (its default then) and nvrtc.launch counting static shared memory toward 48 KiB: every CUDA
     # starter's GPU tests and the launch tests, `verify` of the softmax, alternating with bc1752e's file (bf16 LLaMA,
     # fp16 GPT-2), the softmax / cross entropy rows of the starter table (both backends) in bf16 and fp16 GPT-2

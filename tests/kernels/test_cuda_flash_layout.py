@@ -711,3 +711,20 @@ def test_batch_times_heads_past_the_grid_limit_is_refused_with_the_fix():
     q = torch.zeros(FA.MAX_GRID_Y // 4 + 1, 4, 1, 16)
     with pytest.raises(ValueError, match=r"B\*H=65536 exceeds .* at most 16383 sequences"):
         FA.kernel_fn(q, q, q, False, 0.25)
+
+
+@pytest.mark.parametrize("d", [64, 128])
+def test_the_remembered_build_follows_config_changed_in_place(monkeypatch, d):
+    """_build is kept by CONFIG's items and the head dim: a CONFIG edited in place (the tests, the search agent's
+    in-process points) gets its own defines and shared-memory sizes, and the old ones come back with the old CONFIG."""
+    build = FA._build(d)
+    assert FA._build(d) is build and FA._defines(d) is build.defines
+    assert FA._build(d, True).defines["WG_PERSISTENT"] == 1 and build.defines["WG_PERSISTENT"] == 0
+    monkeypatch.setitem(FA.CONFIG, "WG_BLOCK_N", 64 if FA.CONFIG["WG_BLOCK_N"] == 128 else 128)
+    monkeypatch.setitem(FA.CONFIG, "BLOCK_N", 32 if FA.CONFIG["BLOCK_N"] != 32 else 64)
+    now = FA._build(d)
+    assert now.defines["WG_BLOCK_N"] == FA.CONFIG["WG_BLOCK_N"] != build.defines["WG_BLOCK_N"]
+    assert (now.wg_shared, now.mma_shared) == (FA._wg_shared(d), FA._shared_bytes(d))
+    assert (now.wg_shared, now.mma_shared) != (build.wg_shared, build.mma_shared)
+    monkeypatch.undo()
+    assert FA._build(d) is build

@@ -918,14 +918,20 @@ def test_wgmma_clusters_on_gpu(config, dtype, shape):
 
 
 def test_the_remembered_defines_follow_config_changed_in_place(monkeypatch):
-    """_defines is kept by CONFIG's items (5.3 us of parsing a call on the CPU): a CONFIG edited in place, as the tests
-    and the search agent's in-process points do, must still get its own build."""
-    before = MODULE._defines()
-    assert MODULE._defines() is before  # kept
+    """_build is kept by CONFIG's items (8 us of parsing and shared-memory arithmetic a call on the CPU): a CONFIG
+    edited in place, as the tests and the search agent's in-process points do, must still get its own defines and
+    launch sizes."""
+    before, build = MODULE._defines(), MODULE._build()
+    assert MODULE._defines() is before and MODULE._build() is build  # kept
     monkeypatch.setitem(MODULE.CONFIG, "WG_TILE", "128x128")
+    monkeypatch.setitem(MODULE.CONFIG, "TILE", "64x128_2x2")
     monkeypatch.setitem(MODULE.CONFIG, "GROUP_M", MODULE.CONFIG["GROUP_M"] + 1)
     after = MODULE._defines()
     assert (after["WG_BN"], after["GROUP_M"]) == (128, before["GROUP_M"] + 1) and before["WG_BN"] != 128
+    now = MODULE._build()
+    assert (now.wg_tile, now.tile) == ((128, 128), (64, 128, 2, 2)) != (build.wg_tile, build.tile)
+    assert (now.wg_shared, now.mma_shared) == (MODULE._wg_shared(), MODULE._stages() * MODULE._stage_bytes())
+    assert now.wg_shared < build.wg_shared  # a 128x128 tile's smaller stages and output buffer
     assert MODULE._defines(cluster=1)["WG_CLUSTER"] == 1
     assert MODULE._defines()["WG_CLUSTER"] == MODULE.CONFIG["WG_CLUSTER"]
     monkeypatch.undo()
