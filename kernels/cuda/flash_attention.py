@@ -949,26 +949,17 @@ def _wg_shared(head_dim):
     return q_bytes + _wg_stages(head_dim) * 2 * kv_bytes + _WG_SLACK
 
 
-class _Build:
-    """One build's defines and the dynamic shared memory of its kernels (the launchers read these)."""
-
-    __slots__ = ("defines", "wg_shared", "mma_shared")
-
-    def __init__(self, defines, wg_shared, mma_shared):
-        self.defines = defines
-        self.wg_shared = wg_shared  # the wgmma kernel's
-        self.mma_shared = mma_shared  # the mma kernel's
-
-
-# (CONFIG's items, head dim, walk) -> _Build: the dict and the stage arithmetic cost 1.7 us a call on the development
-# CPU, a lookup 0.6 us; with the k / v casts skipped, a whole call on an H100 38-44 -> 34-38 us of host time.
-_BUILDS: dict[tuple, _Build] = {}
+# (CONFIG's items, head dim, walk) -> _build's tuple: the dict and the stage arithmetic cost 1.7 us a call on the
+# development CPU, a lookup 0.6 us; with the k / v casts skipped, a whole call on an H100 38-44 -> 34-38 us of host
+# time.
+_BUILDS: dict[tuple, tuple] = {}
 
 
 def _build(head_dim, walk=False):
-    """The build of CONFIG as it is now (a CONFIG changed in place gets its own) for this head dim; walk: the
+    """(defines, wgmma shared bytes, mma shared bytes) of CONFIG as it is now (a CONFIG changed in place gets its own)
+    for this head dim; walk: the
     persistent build (WG_PERSISTENT 1 in the source), which the launcher picks per call (_walks), so a causal call
-    under CONFIG WG_PERSISTENT 1 runs the one-tile-a-block build. Not to be mutated."""
+    under CONFIG WG_PERSISTENT 1 runs the one-tile-a-block build. The defines are not to be mutated."""
     key = (tuple(CONFIG.items()), head_dim, walk)
     build = _BUILDS.get(key)
     if build is None:
@@ -979,13 +970,13 @@ def _build(head_dim, walk=False):
                    "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"],
                    "WG_PIN": CONFIG["WG_PIN"], "WG_CONSUMER_COPIES": CONFIG["WG_CONSUMER_COPIES"],
                    "WG_PERSISTENT": int(walk)}
-        build = _BUILDS[key] = _Build(defines, _wg_shared(head_dim), _shared_bytes(head_dim))
+        build = _BUILDS[key] = (defines, _wg_shared(head_dim), _shared_bytes(head_dim))
     return build
 
 
 def _defines(head_dim, walk=False):
     """The build's defines (_build's; not to be mutated)."""
-    return _build(head_dim, bool(walk)).defines
+    return _build(head_dim, bool(walk))[0]
 
 
 def _walks(causal):
@@ -1051,12 +1042,12 @@ def _launch_wgmma(out, q, k, v, causal, sm_scale, common):
         nvrtc.warn_once(f"flash_attention VARIANT 'wgmma' falls back to 'mma': {exc}")
         return False
     walk = _walks(causal)
-    build = _build(d, walk)
+    defines, shared, _ = _build(d, walk)
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wgmma_{_SUFFIX[q.dtype]}",
-                                  defines=build.defines, arch=nvrtc.WGMMA_ARCH, source_name="flash_attention.cu")
+                                  defines=defines, arch=nvrtc.WGMMA_ARCH, source_name="flash_attention.cu")
     tiles = s // WG_BLOCK_M * b * h
     grid = (min(tiles, _sm_count(q.device)),) if walk else (s // WG_BLOCK_M, b * h)
-    nvrtc.launch(kernel, grid=grid, block=(384,), shared_mem=build.wg_shared,
+    nvrtc.launch(kernel, grid=grid, block=(384,), shared_mem=shared,
                  args=(out, map_q, map_k, map_v, *common, nvrtc.i32(tiles)))
     return True
 
@@ -1083,12 +1074,12 @@ def kernel_fn(q, k, v, causal, sm_scale):
     if CONFIG["VARIANT"] in ("mma", "wgmma") and q.dtype in (torch.float16, torch.bfloat16):
         qc, kc, vc = _rows_aligned(q), _rows_aligned(k), _rows_aligned(v)
         strides = [nvrtc.i64(st) for t in (qc, kc, vc) for st in t.stride()[:3]]  # batch, head, row (elements)
-        build = _build(d)
-        kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_mma_{_SUFFIX[q.dtype]}", defines=build.defines,
+        defines, _, shared = _build(d)
+        kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_mma_{_SUFFIX[q.dtype]}", defines=defines,
                                       source_name="flash_attention.cu")
         block_m = 16 * CONFIG["WARPS"]
         nvrtc.launch(kernel, grid=(math.ceil(s / block_m), b * h), block=(32 * CONFIG["WARPS"],),
-                     args=(out, qc, kc, vc, *common, *strides), shared_mem=build.mma_shared)
+                     args=(out, qc, kc, vc, *common, *strides), shared_mem=shared)
         return out
     qc, kc, vc = _aligned(q), _aligned(k), _aligned(v)
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, f"flash_attention_wmma_{_SUFFIX[q.dtype]}", defines=_defines(d),

@@ -850,41 +850,29 @@ def _wg_cluster(k: int) -> int:
     return CONFIG["WG_CLUSTER"] if k >= CONFIG["WG_CLUSTER_MIN_K"] else 1
 
 
-class _Build:
-    """One build's defines and the launch sizes derived from CONFIG with them (the launchers read these)."""
-
-    __slots__ = ("defines", "tile", "mma_shared", "wg_tile", "wg_shared")
-
-    def __init__(self, defines, tile, mma_shared, wg_tile, wg_shared):
-        self.defines = defines
-        self.tile = tile  # (BM, BN, WARPS_M, WARPS_N) of "mma"
-        self.mma_shared = mma_shared  # "mma"'s dynamic shared memory
-        self.wg_tile = wg_tile  # (WG_BM, WG_BN)
-        self.wg_shared = wg_shared  # "wgmma"'s dynamic shared memory
-
-
-# (CONFIG's items, limit, cluster) -> _Build. The CONFIG strings' parsing and the shared-memory arithmetic cost
+# (CONFIG's items, limit, cluster) -> _build's tuple. The CONFIG strings' parsing and the shared-memory arithmetic cost
 # 5.3 us (defines) + 2.9 us (wgmma's shared bytes) a call on the development CPU, a lookup 0.9 us; a whole call on an
 # H100 43-50 -> 36-40 us of host time (docs/benchmarks/h200.md, sixteenth session).
-_BUILDS: dict[tuple, _Build] = {}
+_BUILDS: dict[tuple, tuple] = {}
 
 
 def _build(limit=_SHARED_LIMIT, cluster=None):
-    """The build of CONFIG as it is now (a CONFIG changed in place gets its own) at this shared-memory limit;
-    `cluster` (a call's _wg_cluster; 1 for the builds without wgmma) overrides WG_CLUSTER. Not to be mutated."""
+    """(defines, mma tile (BM, BN, WARPS_M, WARPS_N), mma shared bytes, wgmma tile (WG_BM, WG_BN), wgmma shared bytes)
+    of CONFIG as it is now (a CONFIG changed in place gets its own) at this shared-memory limit; `cluster` (a call's
+    _wg_cluster; 1 for the builds without wgmma) overrides WG_CLUSTER. The defines are not to be mutated."""
     key = (tuple(CONFIG.items()), limit, cluster)
     build = _BUILDS.get(key)
     if build is None:
         if len(_BUILDS) >= 64:
             _BUILDS.clear()
-        build = _BUILDS[key] = _Build(_parse_defines(limit, cluster), _tile(), _stages(limit) * _stage_bytes(),
-                                      _wg_tile(), _wg_shared(limit))
+        build = _BUILDS[key] = (_parse_defines(limit, cluster), _tile(), _stages(limit) * _stage_bytes(), _wg_tile(),
+                                _wg_shared(limit))
     return build
 
 
 def _defines(limit=_SHARED_LIMIT, cluster=None):
     """The build's defines (_build's; not to be mutated)."""
-    return _build(limit, cluster).defines
+    return _build(limit, cluster)[0]
 
 
 def _parse_defines(limit, cluster):
@@ -960,11 +948,10 @@ def _launch_mma(out, a, layout, b_rows, m, n, k):
     transposed row-major W)."""
     lda, ldb = _rows16(a), _rows16(b_rows)
     limit = nvrtc.shared_memory_limit(a.device)
-    build = _build(limit, 1)
-    bm, bn, wm, wn = build.tile
+    _, (bm, bn, wm, wn), shared, _, _ = _build(limit, 1)
     kernel = _kernel(f"matmul_mma_{_SUFFIX[a.dtype]}_{layout}", limit)
     grid = (math.ceil(m / bm) * math.ceil(n / bn),)
-    nvrtc.launch(kernel, grid=grid, block=(wm * wn * 32,), shared_mem=build.mma_shared,
+    nvrtc.launch(kernel, grid=grid, block=(wm * wn * 32,), shared_mem=shared,
                  args=(out, a, b_rows, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k), nvrtc.i64(lda), nvrtc.i64(ldb)))
 
 
@@ -993,8 +980,7 @@ def _launch_wgmma(out, a, layout, rows, m, n, k):
     # "nn": b's [K, N] rows are N-major tiles, read transposed by wgmma; "nt": W's [N, K] rows are K-major, like a's.
     cluster = _wg_cluster(k)
     limit = nvrtc.shared_memory_limit(a.device)
-    build = _build(limit, cluster)
-    bm, bn = build.wg_tile
+    _, _, _, (bm, bn), shared = _build(limit, cluster)
     try:  # boxes (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts Part 3's descriptors expect
         promote = CONFIG["WG_L2_PROMOTION"]
         map_a = nvrtc.tensor_map(a, (bm, 64), swizzle=128, l2_promotion=promote)
@@ -1009,7 +995,7 @@ def _launch_wgmma(out, a, layout, rows, m, n, k):
     ctiles = math.ceil(m / (cluster * bm)) * math.ceil(n / bn)  # cluster tiles: `cluster` tiles along M sharing B
     if CONFIG["WG_PERSISTENT"]:  # one block an SM (384 threads x 168+ registers and ~226 KiB allow no second)
         ctiles = min(ctiles, _sm_count(a.device) // cluster)
-    nvrtc.launch(kernel, grid=(ctiles * cluster,), block=(384,), shared_mem=build.wg_shared,
+    nvrtc.launch(kernel, grid=(ctiles * cluster,), block=(384,), shared_mem=shared,
                  args=(out, map_a, map_b, map_out, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))
     return True
 

@@ -718,13 +718,13 @@ def test_the_remembered_build_follows_config_changed_in_place(monkeypatch, d):
     """_build is kept by CONFIG's items and the head dim: a CONFIG edited in place (the tests, the search agent's
     in-process points) gets its own defines and shared-memory sizes, and the old ones come back with the old CONFIG."""
     build = FA._build(d)
-    assert FA._build(d) is build and FA._defines(d) is build.defines
-    assert FA._build(d, True).defines["WG_PERSISTENT"] == 1 and build.defines["WG_PERSISTENT"] == 0
+    assert FA._build(d) is build and FA._defines(d) is build[0]
+    assert FA._build(d, True)[0]["WG_PERSISTENT"] == 1 and build[0]["WG_PERSISTENT"] == 0
     monkeypatch.setitem(FA.CONFIG, "WG_BLOCK_N", 64 if FA.CONFIG["WG_BLOCK_N"] == 128 else 128)
     monkeypatch.setitem(FA.CONFIG, "BLOCK_N", 32 if FA.CONFIG["BLOCK_N"] != 32 else 64)
-    now = FA._build(d)
-    assert now.defines["WG_BLOCK_N"] == FA.CONFIG["WG_BLOCK_N"] != build.defines["WG_BLOCK_N"]
-    assert (now.wg_shared, now.mma_shared) == (FA._wg_shared(d), FA._shared_bytes(d))
-    assert (now.wg_shared, now.mma_shared) != (build.wg_shared, build.mma_shared)
+    defines, wg_shared, mma_shared = FA._build(d)
+    assert defines["WG_BLOCK_N"] == FA.CONFIG["WG_BLOCK_N"] != build[0]["WG_BLOCK_N"]
+    assert (wg_shared, mma_shared) == (FA._wg_shared(d), FA._shared_bytes(d))
+    assert (wg_shared, mma_shared) != build[1:]
     monkeypatch.undo()
     assert FA._build(d) is build

@@ -928,10 +928,10 @@ def test_the_remembered_defines_follow_config_changed_in_place(monkeypatch):
     monkeypatch.setitem(MODULE.CONFIG, "GROUP_M", MODULE.CONFIG["GROUP_M"] + 1)
     after = MODULE._defines()
     assert (after["WG_BN"], after["GROUP_M"]) == (128, before["GROUP_M"] + 1) and before["WG_BN"] != 128
-    now = MODULE._build()
-    assert (now.wg_tile, now.tile) == ((128, 128), (64, 128, 2, 2)) != (build.wg_tile, build.tile)
-    assert (now.wg_shared, now.mma_shared) == (MODULE._wg_shared(), MODULE._stages() * MODULE._stage_bytes())
-    assert now.wg_shared < build.wg_shared  # a 128x128 tile's smaller stages and output buffer
+    _, tile, mma_shared, wg_tile, wg_shared = MODULE._build()
+    assert (wg_tile, tile) == ((128, 128), (64, 128, 2, 2)) != (build[3], build[1])
+    assert (wg_shared, mma_shared) == (MODULE._wg_shared(), MODULE._stages() * MODULE._stage_bytes())
+    assert wg_shared < build[4]  # a 128x128 tile's smaller stages and output buffer
     assert MODULE._defines(cluster=1)["WG_CLUSTER"] == 1
     assert MODULE._defines()["WG_CLUSTER"] == MODULE.CONFIG["WG_CLUSTER"]
     monkeypatch.undo()
