@@ -40,7 +40,7 @@ import tempfile
 import threading
 import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Hashable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -894,11 +894,15 @@ def _set_current(device_index: int) -> None:
 _RAW_STREAM = getattr(torch._C, "_cuda_getCurrentRawStream", None)
 
 
-def _stream(device_index: int) -> Any:
+def _raw_stream(device_index: int) -> int:
+    """The raw handle of torch's current stream on the device."""
     if _RAW_STREAM is not None:
-        handle = _RAW_STREAM(device_index)
-    else:
-        handle = torch.cuda.current_stream(device_index).cuda_stream
+        return _RAW_STREAM(device_index)
+    return torch.cuda.current_stream(device_index).cuda_stream
+
+
+def _stream(device_index: int) -> Any:
+    handle = _raw_stream(device_index)
     key = (device_index, handle)
     wrapped = _STREAMS.get(key)
     if wrapped is None:
@@ -933,6 +937,29 @@ def kernel_args(args: Iterable[Any], device_index: int) -> list[Any]:
                 "f32 / f64 to name their C type (a bare Python int would be passed as a pointer)"
             )
     return out
+
+
+def remembered(store: dict, key: Hashable, make: Callable[..., Any], *args: Any, size: int = 64) -> Any:
+    """store[key], made by make(*args) on a miss. The launch paths keep what a call derives from its CONFIG or
+    geometry here (a lookup instead of microseconds of Python a call); the store is emptied when it holds `size`
+    entries (a model needs a few dozen, so a full store means churn, not a working set)."""
+    value = store.get(key)
+    if value is None:
+        if len(store) >= size:
+            store.clear()
+        value = store[key] = make(*args)
+    return value
+
+
+@functools.cache
+def _sm_count(index: int) -> int:
+    return torch.cuda.get_device_properties(index).multi_processor_count
+
+
+def sm_count(device: torch.device) -> int:
+    """SMs of a CUDA device, read once a device (get_device_properties costs ~2 us a call; persistent grids ask on
+    every launch)."""
+    return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 
 # A launch may use up to 48 KiB of shared memory, static and dynamic together, as is; more needs a per-kernel opt-in
@@ -1036,14 +1063,11 @@ def _launch_config(core: Any, grid: int | Sequence[int], block: int | Sequence[i
     H100 plus the checks, against a dict lookup."""
     key = (grid if isinstance(grid, int) else tuple(grid), block if isinstance(block, int) else tuple(block),
            shared_mem)
-    config = _CONFIGS.get(key)
-    if config is None:
-        grid3, block3 = _dim3(grid, "grid"), _dim3(block, "block")
-        config = core.LaunchConfig(grid=grid3, block=block3, shmem_size=int(shared_mem))
-        if len(_CONFIGS) >= LAUNCH_CONFIG_CACHE_SIZE:
-            _CONFIGS.clear()
-        _CONFIGS[key] = config
-    return config
+    return remembered(_CONFIGS, key, _new_launch_config, core, grid, block, shared_mem, size=LAUNCH_CONFIG_CACHE_SIZE)
+
+
+def _new_launch_config(core: Any, grid: int | Sequence[int], block: int | Sequence[int], shared_mem: int) -> Any:
+    return core.LaunchConfig(grid=_dim3(grid, "grid"), block=_dim3(block, "block"), shmem_size=int(shared_mem))
 
 
 def launch(kernel: Kernel, grid: int | Sequence[int], block: int | Sequence[int], args: Sequence[Any],
@@ -1175,7 +1199,7 @@ def tensor_map(t: torch.Tensor, box: Sequence[int], *, swizzle: int = 128, l2_pr
     # Keyed by the tensor's own facts, so a hit skips the layout rules (they held when the map was made): a hit
     # cost ~8 us an H100 call with them and torch's Stream objects, three maps a GEMM call.
     key = (dev, t.data_ptr(), tuple(t.shape), t.stride(), t.dtype, tuple(box), swizzle, l2_promotion)
-    handle = _RAW_STREAM(dev) if _RAW_STREAM is not None else torch.cuda.current_stream(dev).cuda_stream
+    handle = _raw_stream(dev)
     with _LOCK:
         entry = _TENSOR_MAPS.pop(key, None)
         if entry is None:

@@ -236,7 +236,8 @@ host16_round() {  # see host16 above; OLD_KERNELS must name a folder of earlier 
   kernel_checks cuda_flash kernels/cuda/flash_attention.py "gpu or hopper or flash" \
     tests/kernels/test_cuda_flash_layout.py tests/kernels/test_cuda_starters.py
   local old=/tmp/old_tree run
-  rm -rf "$old" && mkdir -p "$old" && cp -r autokernel_ci benchmarks kernels gpu_specs templates "$old"/ && cp "${OLD_KERNELS:?}"/*.py "$old/kernels/cuda/"
+  rm -rf "$old" && mkdir -p "$old" && cp -r autokernel_ci benchmarks kernels gpu_specs templates "$old"/ \
+    && cp "${OLD_KERNELS:?}"/*.py "$old/kernels/cuda/"
   for run in 1 2 3; do  # the working data goes to /tmp: the device tool brings back 8 files
     step 150 "launch_old$run" env PYTHONPATH="$old" python3 "$old/benchmarks/launch_overhead.py" --backend cuda \
       --out "/tmp/launch_old$run"

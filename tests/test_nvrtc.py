@@ -314,6 +314,28 @@ def test_a_launch_config_is_built_once_a_geometry_and_the_cache_stays_bounded(mo
         assert len(nvrtc._CONFIGS) <= 3
 
 
+def test_remembered_makes_once_a_key_with_its_args_and_empties_a_full_store():
+    store, made = {}, []
+
+    def make(*args):
+        made.append(args)
+        return list(args)
+
+    first = nvrtc.remembered(store, "a", make, 1, 2, size=2)
+    assert nvrtc.remembered(store, "a", make, 9, size=2) is first and made == [(1, 2)]  # a hit never calls make
+    nvrtc.remembered(store, "b", make, 3, size=2)
+    nvrtc.remembered(store, "c", make, 4, size=2)  # the store held 2: emptied, then "c"
+    assert set(store) == {"c"} and made == [(1, 2), (3,), (4,)]
+    assert nvrtc.remembered(store, "a", make, 5, size=2) == [5]  # made again after the clear
+
+
+@needs_gpu
+def test_sm_count_is_the_device_property():
+    device = torch.device("cuda")
+    assert nvrtc.sm_count(device) == torch.cuda.get_device_properties(device).multi_processor_count > 0
+    assert nvrtc.sm_count(torch.device("cuda", torch.cuda.current_device())) == nvrtc.sm_count(device)
+
+
 BIG_SHARED = r"""
 extern "C" __global__ void reverse_through_shared(float* out, const float* in, int n) {
     extern __shared__ float buf[];  // n floats: more than the 48 KiB a launch gets without opting in

@@ -949,34 +949,30 @@ def _wg_shared(head_dim):
     return q_bytes + _wg_stages(head_dim) * 2 * kv_bytes + _WG_SLACK
 
 
-# (CONFIG's items, head dim, walk) -> _build's tuple: the dict and the stage arithmetic cost 1.7 us a call on the
-# development CPU, a lookup 0.6 us; with the k / v casts skipped, a whole call on an H100 38-44 -> 34-38 us of host
-# time.
-_BUILDS: dict[tuple, tuple] = {}
+_BUILDS = {}  # (CONFIG's items, head dim, walk) -> _build's tuple (nvrtc.remembered)
 
 
 def _build(head_dim, walk=False):
     """(defines, wgmma shared bytes, mma shared bytes) of CONFIG as it is now (a CONFIG changed in place gets its own)
-    for this head dim; walk: the
-    persistent build (WG_PERSISTENT 1 in the source), which the launcher picks per call (_walks), so a causal call
-    under CONFIG WG_PERSISTENT 1 runs the one-tile-a-block build. The defines are not to be mutated."""
-    key = (tuple(CONFIG.items()), head_dim, walk)
-    build = _BUILDS.get(key)
-    if build is None:
-        if len(_BUILDS) >= 64:
-            _BUILDS.clear()
-        defines = {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
-                   "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES, "WG_BLOCK_N": CONFIG["WG_BLOCK_N"],
-                   "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"],
-                   "WG_PIN": CONFIG["WG_PIN"], "WG_CONSUMER_COPIES": CONFIG["WG_CONSUMER_COPIES"],
-                   "WG_PERSISTENT": int(walk)}
-        build = _BUILDS[key] = (defines, _wg_shared(head_dim), _shared_bytes(head_dim))
-    return build
+    for this head dim; walk: the persistent build (WG_PERSISTENT 1 in the source), which the launcher picks per call
+    (_walks), so a causal call under CONFIG WG_PERSISTENT 1 runs the one-tile-a-block build. The defines are not to
+    be mutated."""
+    # Kept: the dict and the stage arithmetic cost 1.7 us a call on the development CPU, a lookup 0.6 us; with the
+    # k / v casts skipped, a whole call on an H100 38-44 -> 34-38 us of host time.
+    return nvrtc.remembered(_BUILDS, (tuple(CONFIG.items()), head_dim, walk), _new_build, head_dim, walk)
+
+
+def _new_build(head_dim, walk):
+    defines = {"HEAD_DIM": head_dim, "WARPS": CONFIG["WARPS"], "BLOCK_N": CONFIG["BLOCK_N"],
+               "MIN_BLOCKS": CONFIG["MIN_BLOCKS"], **WMMA_TILES, "WG_BLOCK_N": CONFIG["WG_BLOCK_N"],
+               "WG_STAGES": _wg_stages(head_dim), "WG_PIPELINE": CONFIG["WG_PIPELINE"], "WG_PIN": CONFIG["WG_PIN"],
+               "WG_CONSUMER_COPIES": CONFIG["WG_CONSUMER_COPIES"], "WG_PERSISTENT": int(walk)}
+    return defines, _wg_shared(head_dim), _shared_bytes(head_dim)
 
 
 def _defines(head_dim, walk=False):
     """The build's defines (_build's; not to be mutated)."""
-    return _build(head_dim, bool(walk))[0]
+    return _build(head_dim, walk)[0]
 
 
 def _walks(causal):
@@ -1014,14 +1010,7 @@ def _rows_aligned(t):
 _wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs)
 
 
-_SM_COUNTS = {}
-
-
-def _sm_count(device):
-    """SMs of the device (cached: the property lookup costs microseconds of host time a call)."""
-    if device not in _SM_COUNTS:
-        _SM_COUNTS[device] = torch.cuda.get_device_properties(device).multi_processor_count
-    return _SM_COUNTS[device]
+_sm_count = nvrtc.sm_count
 
 
 def _launch_wgmma(out, q, k, v, causal, sm_scale, common):

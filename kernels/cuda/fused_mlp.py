@@ -76,7 +76,7 @@ def kernel_fn(x, w_gate, w_up, w_down):
         aligned = n % vec == 0 and all(t.data_ptr() % vec_bytes == 0 for t in (gate, up, h))
         work = n // vec if aligned else n
         threads = CONFIG["THREADS"]
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        sms = nvrtc.sm_count(x.device)
         grid = max(1, min(-(-work // threads), sms * CONFIG["BLOCKS_PER_SM"]))
         name = f"silu_mul_{_SUFFIX[h.dtype]}_{'v' if aligned else 's'}"
         kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="fused_mlp.cu")

@@ -850,24 +850,21 @@ def _wg_cluster(k: int) -> int:
     return CONFIG["WG_CLUSTER"] if k >= CONFIG["WG_CLUSTER_MIN_K"] else 1
 
 
-# (CONFIG's items, limit, cluster) -> _build's tuple. The CONFIG strings' parsing and the shared-memory arithmetic cost
-# 5.3 us (defines) + 2.9 us (wgmma's shared bytes) a call on the development CPU, a lookup 0.9 us; a whole call on an
-# H100 43-50 -> 36-40 us of host time (docs/benchmarks/h200.md, sixteenth session).
-_BUILDS: dict[tuple, tuple] = {}
+_BUILDS = {}  # (CONFIG's items, limit, cluster) -> _build's tuple (nvrtc.remembered)
 
 
 def _build(limit=_SHARED_LIMIT, cluster=None):
     """(defines, mma tile (BM, BN, WARPS_M, WARPS_N), mma shared bytes, wgmma tile (WG_BM, WG_BN), wgmma shared bytes)
     of CONFIG as it is now (a CONFIG changed in place gets its own) at this shared-memory limit; `cluster` (a call's
     _wg_cluster; 1 for the builds without wgmma) overrides WG_CLUSTER. The defines are not to be mutated."""
-    key = (tuple(CONFIG.items()), limit, cluster)
-    build = _BUILDS.get(key)
-    if build is None:
-        if len(_BUILDS) >= 64:
-            _BUILDS.clear()
-        build = _BUILDS[key] = (_parse_defines(limit, cluster), _tile(), _stages(limit) * _stage_bytes(), _wg_tile(),
-                                _wg_shared(limit))
-    return build
+    # Kept: the CONFIG strings' parsing and the shared-memory arithmetic cost 5.3 us (defines) + 2.9 us (wgmma's
+    # shared bytes) a call on the development CPU, a lookup 0.9 us; a whole call on an H100 43-50 -> 36-40 us of host
+    # time (docs/benchmarks/h200.md, sixteenth session).
+    return nvrtc.remembered(_BUILDS, (tuple(CONFIG.items()), limit, cluster), _new_build, limit, cluster)
+
+
+def _new_build(limit, cluster):
+    return (_parse_defines(limit, cluster), _tile(), _stages(limit) * _stage_bytes(), _wg_tile(), _wg_shared(limit))
 
 
 def _defines(limit=_SHARED_LIMIT, cluster=None):
@@ -958,8 +955,7 @@ def _launch_mma(out, a, layout, b_rows, m, n, k):
 _wgmma_arch = nvrtc.wgmma_arch  # sm_90a on sm_90 devices, else None ("mma" runs)
 
 
-def _sm_count(device):
-    return torch.cuda.get_device_properties(device).multi_processor_count  # torch caches the properties
+_sm_count = nvrtc.sm_count
 
 
 def _launch_wgmma(out, a, layout, rows, m, n, k):

@@ -111,8 +111,8 @@ def kernel_fn(x):
     groups = math.ceil(rows / rows_per_block)
     name = f"reduce_{_SUFFIX[x.dtype]}_{'w' if wide else 'n'}"
     grid, args = groups, (y, x2, nvrtc.i32(rows), nvrtc.i32(n))
-    if CONFIG["PERSISTENT"]:  # torch caches the device properties
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    if CONFIG["PERSISTENT"]:
+        sms = nvrtc.sm_count(x.device)
         name, grid, args = name + "p", min(groups, CONFIG["PERSISTENT"] * sms), args + (nvrtc.i32(groups),)
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="reduce.cu")
     nvrtc.launch(kernel, grid=(grid,), block=(threads,), args=args)

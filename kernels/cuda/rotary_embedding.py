@@ -94,7 +94,7 @@ def kernel_fn(x, cos, sin):
     vec = vec if aligned else 1
     threads = CONFIG["THREADS"]
     work = rows * (half // vec)
-    sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+    sms = nvrtc.sm_count(x.device)
     grid = max(1, min(-(-work // threads), sms * CONFIG["BLOCKS_PER_SM"]))
     name = f"rotary_{_SUFFIX[x.dtype]}_{'v' if aligned else 's'}"
     kernel = nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(), source_name="rotary_embedding.cu")
