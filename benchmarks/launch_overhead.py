@@ -131,7 +131,11 @@ def launch_steps() -> dict[str, float]:
     config = core.LaunchConfig(grid=grid, block=block, shmem_size=0)
     values = nvrtc.kernel_args(args, dev)
     raw = getattr(kernel.handle, "handle", kernel.handle)
-    err, func = driver.cuKernelGetFunction(raw) if isinstance(raw, driver.CUkernel) else (None, raw)
+    ok = driver.CUresult.CUDA_SUCCESS
+    err, func = driver.cuKernelGetFunction(raw) if isinstance(raw, driver.CUkernel) else (ok, raw)
+    if err != ok:
+        raise RuntimeError(f"cuKernelGetFunction failed with {err!r} for the reduce kernel; the driver launch step "
+                           f"needs a CUfunction (check the driver / cuda-python versions in `autokernel-ci gpu`)")
     cu_stream = driver.CUstream(torch.cuda.current_stream().cuda_stream)
     types = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int, ctypes.c_int)
 
