@@ -7,6 +7,8 @@ across the row and reduces the lanes once at the end (rows wider than MAX_BLOCK 
 No atomics: results are bitwise deterministic. "auto" picks by row width.
 """
 
+import functools
+
 import torch
 import triton
 import triton.language as tl
@@ -80,6 +82,9 @@ def _sum_looped(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVI
     tl.store(y_ptr + row, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
 
 
+# Read once a device: torch.cuda.get_device_properties costs 2.0 us a call on an H100 host against 0.14 us
+# for a cached lookup (seventeenth session, timeit), and the launch path asks on every call.
+@functools.cache
 def _processors(device):
     """SMs on a GPU; 1 under the CPU interpreter, so that each program there walks several rows too."""
     return torch.cuda.get_device_properties(device).multi_processor_count if device.type == "cuda" else 1

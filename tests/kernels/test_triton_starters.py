@@ -17,13 +17,14 @@ import subprocess
 import sys
 import uuid
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
 from torch.utils._python_dispatch import TorchDispatchMode
 
 from autokernel_ci import kernelfile
-from autokernel_ci.agents.policy import GLUON_IMPORTS
+from autokernel_ci.agents.policy import ALLOWED_IMPORTS
 from autokernel_ci.compare import compare
 from autokernel_ci.specs import KERNEL_TYPES, get_spec
 
@@ -139,9 +140,9 @@ def test_starter_exists_and_meets_contract(kernel_type: str) -> None:
     assert all(kf.config[k] in v for k, v in kf.search_space.items()), "the default CONFIG lies inside SEARCH_SPACE"
     source = kf.source
     imports = {line.split()[1] for line in source.splitlines() if line.startswith(("import ", "from "))}
-    # Triton's own modules only: its language, host descriptors and Gluon (flash attention's sm_90 kernel).
-    allowed = {"torch", "triton", "triton.language", "triton.tools.tensor_descriptor", "math"} | GLUON_IMPORTS
-    assert imports <= allowed, f"starters need only torch + triton: {imports - allowed}"
+    # What the agent policy lets a candidate import (torch, Triton with its descriptors and Gluon, math,
+    # functools for the per-device facts): a starter is a candidate the agent starts from.
+    assert imports <= ALLOWED_IMPORTS, f"starters import only what the agent policy allows: {imports - ALLOWED_IMPORTS}"
     assert "autokernel_ci" not in source
 
 
@@ -228,6 +229,35 @@ def test_every_variant_on_cpu_and_edge_shapes(kernel_type: str, point: dict) -> 
             run_and_check(module, kernel_type, _inputs(kernel_type, shape, dtype, seed=3), dtype)
     finally:
         module.CONFIG = saved
+
+
+# What each launcher asks of the device, and the value it must give from the fake properties below.
+DEVICE_FACTS = [("reduce", "_processors", "sms"), ("flash_attention", "_sm_count", "sms"),
+                ("flash_attention", "_smem_bytes", "smem"), ("fused_mlp", "_sm_count", "sms"),
+                ("fused_mlp", "_smem_bytes", "smem"), ("matmul", "_device_facts", "both")]
+
+
+@pytest.mark.parametrize(("kernel_type", "function", "expect"), DEVICE_FACTS)
+def test_device_facts_are_read_once_a_device(kernel_type: str, function: str, expect: str, monkeypatch) -> None:
+    """The launchers ask for the SM count / shared memory on every call; the property read (2.0 us on an H100
+    host) happens once a device. A fresh module keeps the fake out of the shared modules' caches."""
+    module = _import(KERNELS_DIR / f"{kernel_type}.py")
+    reads = []
+    props = {0: SimpleNamespace(multi_processor_count=132, shared_memory_per_block_optin=232448),
+             1: SimpleNamespace(multi_processor_count=78, shared_memory_per_block_optin=101376)}
+
+    def fake_properties(device):
+        reads.append(device.index)
+        return props[device.index]
+
+    monkeypatch.setattr(torch.cuda, "get_device_properties", fake_properties)
+    fact = getattr(module, function)
+    for index in (0, 0, 1, 0, 1):
+        p = props[index]
+        want = {"sms": p.multi_processor_count, "smem": p.shared_memory_per_block_optin,
+                "both": (p.multi_processor_count, p.shared_memory_per_block_optin)}[expect]
+        assert fact(torch.device("cuda", index)) == want
+    assert reads == [0, 1]
 
 
 @pytest.mark.parametrize("programs", [1, 3])
