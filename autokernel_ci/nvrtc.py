@@ -957,8 +957,8 @@ def _sm_count(index: int) -> int:
 
 
 def sm_count(device: torch.device) -> int:
-    """SMs of a CUDA device, read once a device: persistent grids ask on every launch, and get_device_properties took
-    7-10 us a call under cProfile in the H100 launch_cuda logs (its unprofiled cost was not measured apart)."""
+    """SMs of a CUDA device, read once a device: persistent grids ask on every launch, and on an H100 host
+    get_device_properties costs 2.0 us a call against 0.14 us for this lookup (timeit, h200.md seventeenth session)."""
     return _sm_count(device.index if device.index is not None else torch.cuda.current_device())
 
 

@@ -95,8 +95,6 @@
 #   table19a / table19b: the starter table in two calls (a backend each, under the 600 s call limit): Triton rows,
 #          the calibration and the CUDA reduce's THREADS A/B (default 512 / 2 against the old 256 / 4); CUDA rows and
 #          the CUDA matmul's GPU tests (the clustered default's threshold case).
-#   table20: the whole starter table in one call (both backends, ours / eager / compile in turn three times; the two
-#          halves' timing took 85 s and 37 s on an H100 in table19b / table19a), then the GPU's calibration.
 #   norms20: the CUDA layernorm / rmsnorm's EVICT_FIRST / STREAM_STORE points: GPU tests, checked on every set, timed.
 #   norms21: the same for WEIGHTS_LATE (weights loaded after the reductions) at three THREADS x CACHE_VECS points.
 #   rotary21: the CUDA rotary's EVICT_FIRST (x loaded ld.global.cs) against its default, checked on every set, timed.
@@ -771,13 +769,6 @@ case "${1:-check}" in
     step 40 calibrate python3 -m autokernel_ci gpu --calibrate
     step 60 variants_reduce_cuda_threads python3 benchmarks/variants_gpu.py reduce --backend cuda \
       --variants benchmarks/variants/cuda_reduce_threads.json --sets cpu,edge,odd,gpt2,llama7b --out "$out/cuda_threads"
-    ;;
-  table20)  # see table20 above: one backend a step, so one backend's rows survive the other's time limit
-    for backend in cuda triton; do
-      step 200 "starters_$backend" python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 \
-        --backends "$backend" --out "$out/table_$backend"
-    done
-    step 40 calibrate python3 -m autokernel_ci gpu --calibrate
     ;;
   table19b)  # the CUDA half of the table, then the CUDA matmul's GPU tests (the default crossing WG_CLUSTER_MIN_K)
     step 330 starters_cuda python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --backends cuda \

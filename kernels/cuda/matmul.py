@@ -899,10 +899,9 @@ def cuda_builds():
     return builds + [(CUDA_SOURCE, _defines(), names, nvrtc.WGMMA_ARCH)]  # CONFIG's own sm_90a build last
 
 
-def _kernel(name, limit=_SHARED_LIMIT, arch=None, cluster=1):
-    """`name` from the build of these defines; cluster 1 (no __cluster_dims__) unless a wgmma launch asks."""
-    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=_defines(limit, cluster), arch=arch,
-                                source_name="matmul.cu")
+def _kernel(name, defines, arch=None):
+    """`name` from the build of these defines (the launch's own _build, so a call looks it up once)."""
+    return nvrtc.compile_kernel(CUDA_SOURCE, name, defines=defines, arch=arch, source_name="matmul.cu")
 
 
 def _rows16(t):
@@ -945,8 +944,8 @@ def _launch_mma(out, a, layout, b_rows, m, n, k):
     transposed row-major W)."""
     lda, ldb = _rows16(a), _rows16(b_rows)
     limit = nvrtc.shared_memory_limit(a.device)
-    _, (bm, bn, wm, wn), shared, _, _ = _build(limit, 1)
-    kernel = _kernel(f"matmul_mma_{_SUFFIX[a.dtype]}_{layout}", limit)
+    defines, (bm, bn, wm, wn), shared, _, _ = _build(limit, 1)  # cluster 1: no __cluster_dims__ without wgmma
+    kernel = _kernel(f"matmul_mma_{_SUFFIX[a.dtype]}_{layout}", defines)
     grid = (math.ceil(m / bm) * math.ceil(n / bn),)
     nvrtc.launch(kernel, grid=grid, block=(wm * wn * 32,), shared_mem=shared,
                  args=(out, a, b_rows, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k), nvrtc.i64(lda), nvrtc.i64(ldb)))
@@ -976,7 +975,7 @@ def _launch_wgmma(out, a, layout, rows, m, n, k):
     # "nn": b's [K, N] rows are N-major tiles, read transposed by wgmma; "nt": W's [N, K] rows are K-major, like a's.
     cluster = _wg_cluster(k)
     limit = nvrtc.shared_memory_limit(a.device)
-    _, _, _, (bm, bn), shared = _build(limit, cluster)
+    defines, _, _, (bm, bn), shared = _build(limit, cluster)
     try:  # boxes (rows, 64 elements = 128 bytes), 128-byte swizzle: the tile layouts Part 3's descriptors expect
         promote = CONFIG["WG_L2_PROMOTION"]
         map_a = nvrtc.tensor_map(a, (bm, 64), swizzle=128, l2_promotion=promote)
@@ -987,7 +986,7 @@ def _launch_wgmma(out, a, layout, rows, m, n, k):
         nvrtc.warn_once(f"matmul VARIANT 'wgmma' falls back to 'mma': {exc}")
         return False
     map_out = _out_map(out)
-    kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", limit, arch=arch, cluster=cluster)
+    kernel = _kernel(f"matmul_wgmma_{_SUFFIX[a.dtype]}_{layout}", defines, arch=arch)
     ctiles = math.ceil(m / (cluster * bm)) * math.ceil(n / bn)  # cluster tiles: `cluster` tiles along M sharing B
     if CONFIG["WG_PERSISTENT"]:  # one block an SM (384 threads x 168+ registers and ~226 KiB allow no second)
         ctiles = min(ctiles, _sm_count(a.device) // cluster)
@@ -1015,7 +1014,7 @@ def _launch_wmma(out, a, b):
     ac, bc = a.contiguous(), b.contiguous()
     vec = 16 // a.element_size()
     aligned = k % vec == 0 and n % vec == 0 and ac.data_ptr() % 16 == 0 and bc.data_ptr() % 16 == 0
-    kernel = _kernel(f"matmul_{_SUFFIX[a.dtype]}_{'v' if aligned else 's'}")
+    kernel = _kernel(f"matmul_{_SUFFIX[a.dtype]}_{'v' if aligned else 's'}", _defines(cluster=1))
     threads = _WMMA["WMMA_WARPS_M"] * _WMMA["WMMA_WARPS_N"] * 32
     grid = (math.ceil(n / _WMMA["WMMA_BN"]), math.ceil(m / _WMMA["WMMA_BM"]))
     nvrtc.launch(kernel, grid=grid, block=(threads,), args=(out, ac, bc, nvrtc.i32(m), nvrtc.i32(n), nvrtc.i32(k)))

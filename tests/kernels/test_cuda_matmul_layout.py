@@ -313,7 +313,7 @@ def _layouts(a, b):
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16])
 @pytest.mark.parametrize("shape", [(64, 96, 80), (33, 40, 17), (1, 17, 31), (7, 1, 13), (1, 1, 1), (40, 24, 136)])
 def test_kernel_fn_with_the_emulated_kernel(monkeypatch, shape, dtype):
-    monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None: name)
+    monkeypatch.setattr(MODULE, "_kernel", lambda name, defines, arch=None: name)
     monkeypatch.setattr(MODULE.nvrtc, "launch", _fake_launch)
     m, k, n = shape
     gen = torch.Generator().manual_seed(0)
@@ -694,10 +694,10 @@ def _fake_wgmma_launch(kernel, grid, block, args, shared_mem=0):
     out.copy_(torch.from_numpy(wg_emulate(tile, map_a.rows, map_b.rows, m, n, k, grid=grid[0])))
 
 
-def _fake_kernel(name, limit=None, arch=None, cluster=None):
+def _fake_kernel(name, defines, arch=None):
     """The launcher's build request as "name@clusterN" (N: the WG_CLUSTER define that build gets)."""
     assert arch == "sm_90a", arch
-    return f"{name}@cluster{MODULE._defines(cluster=cluster)['WG_CLUSTER']}"
+    return f"{name}@cluster{defines['WG_CLUSTER']}"
 
 
 FAKE_SMS = 2  # the persistent launch's SM count on the CPU: fewer blocks than tiles in (130, 72, 264) at 128x128
@@ -823,7 +823,7 @@ def test_the_emulated_formulas_are_the_kernels(formula):
 def test_wgmma_falls_back_to_mma_off_sm90_and_without_tensor_maps(monkeypatch):
     launched = []
     monkeypatch.setitem(MODULE.CONFIG, "VARIANT", "wgmma")
-    monkeypatch.setattr(MODULE, "_kernel", lambda name, limit=None, arch=None: name)
+    monkeypatch.setattr(MODULE, "_kernel", lambda name, defines, arch=None: name)
     monkeypatch.setattr(MODULE.nvrtc, "launch", lambda kernel, **kw: launched.append(kernel))
     a = torch.ones(16, 16, dtype=torch.bfloat16)
     MODULE.kernel_fn(a, a)  # a CPU tensor: _wgmma_arch is None
