@@ -154,7 +154,7 @@ def _end_to_end(model_ref: str, inputs_ref: str | None, plan: Any, run_dir: Path
                 dtype: str, device: str, *, min_speedup: float = 1.0) -> tuple[dict[str, Any] | None, str]:
     kernels = publishable_kernels(summary, run_dir, min_speedup)
     if not kernels:
-        return None, f"no kept kernel beat eager by more than {min_speedup:g}x: nothing to plug in"
+        return None, f"no kept kernel beat eager by more than {min_speedup:.2f}x: nothing to plug in"
     try:
         from autokernel_ci.integrate import end_to_end
     except ImportError as exc:

@@ -21,6 +21,7 @@ from torch.utils._python_dispatch import TorchDispatchMode
 
 from autokernel_ci import kernelfile
 from autokernel_ci.harness.results import CheckFailure
+from autokernel_ci.torch_profile import torch_profile
 
 # Private references (taken before any candidate is imported; see guard.py).
 _Tensor = torch.Tensor
@@ -172,9 +173,9 @@ def launch_tracker(module_name: str, kernel_names: Sequence[str], device: torch.
     """
     launches: list[str] = []
     if device.type == "cuda":
-        from torch.profiler import ProfilerActivity, profile
+        from torch.profiler import ProfilerActivity
 
-        with profile(activities=[ProfilerActivity.CUDA]) as prof:
+        with torch_profile([ProfilerActivity.CUDA]) as prof:
             yield launches
             torch.cuda.synchronize()
         names = {e.name for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA}

@@ -32,6 +32,7 @@ from autokernel_ci import kernelfile
 from autokernel_ci.harness.sandbox import scrubbed_env
 from autokernel_ci.plan import Plan
 from autokernel_ci.specs._tolerances import GEMM
+from autokernel_ci.torch_profile import torch_profile
 
 # A model's output passes through many GEMMs: the end-to-end bar is the GEMM table's relative L2
 # for the dtype (bf16 1e-2), or twice the error the original model itself makes in that dtype
@@ -163,7 +164,7 @@ def _count_ops(fn: Any, device: str, names: set[str]) -> tuple[dict[str, int], d
     activities = [torch.profiler.ProfilerActivity.CPU]
     if device == "cuda":
         activities.append(torch.profiler.ProfilerActivity.CUDA)
-    with torch.no_grad(), torch.profiler.profile(activities=activities) as prof:
+    with torch.no_grad(), torch_profile(activities) as prof:
         fn()
         if device == "cuda":
             torch.cuda.synchronize()

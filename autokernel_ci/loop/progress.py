@@ -40,13 +40,14 @@ def summary_markdown(summary: dict[str, Any]) -> str:
         "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|",
     ]
 
-    def cell(v: Any, fmt: str) -> str:
-        return format(v, fmt) if isinstance(v, int | float) else "–"
+    def cell(v: Any, fmt: str, unit: str = "") -> str:
+        """v formatted with its unit; a missing value is a bare dash (no "–x" when torch.compile was not timed)."""
+        return format(v, fmt) + unit if isinstance(v, int | float) else "–"
 
     for o in summary["ops"].values():
         lines.append(f"| {o['op_id']} | {o['kernel_type']} | {cell(o['starter_us'], '.2f')} | "
-                     f"{cell(o['best_us'], '.2f')} | {cell(o['speedup_vs_starter'], '.2f')}x | "
-                     f"{cell(o['speedup_vs_eager'], '.2f')}x | {cell(o['speedup_vs_compile'], '.2f')}x | "
+                     f"{cell(o['best_us'], '.2f')} | {cell(o['speedup_vs_starter'], '.2f', 'x')} | "
+                     f"{cell(o['speedup_vs_eager'], '.2f', 'x')} | {cell(o['speedup_vs_compile'], '.2f', 'x')} | "
                      f"{cell(o['pct_of_ceiling'], '.1f')} | {o['experiments']} | {o['kept']} |")
     if summary.get("end_to_end_estimate"):
         lines += ["", f"Estimated end-to-end speedup (Amdahl over the plan's shares): "

@@ -23,6 +23,7 @@ from torch import nn
 from torch.autograd import DeviceType
 
 from autokernel_ci.profiling.loading import call_model
+from autokernel_ci.torch_profile import torch_profile
 
 SCOPE_PREFIX = "autokernel.module/"
 OP_NAME = re.compile(r"^[A-Za-z_]\w*::\w+")  # aten::addmm, autokernel::rmsnorm_0; not cudaLaunchKernel
@@ -193,7 +194,7 @@ def _profile_pass(model: nn.Module, inputs: Any, *, device: str, dtype: torch.dt
         activities.append(torch.profiler.ProfilerActivity.CUDA)
     scopes = _ModuleScopes(model)
     try:
-        with torch.no_grad(), torch.profiler.profile(activities=activities, record_shapes=True) as prof:
+        with torch.no_grad(), torch_profile(activities, record_shapes=True) as prof:
             synchronize(device)
             t0 = time.perf_counter()
             call_model(model, inputs)

@@ -37,7 +37,7 @@ def test_github_actions_groups_and_job_summary(tmp_path):
     assert lines[0].startswith("::group::#0007") and "::endgroup::" in lines
     text = step_summary.read_text()
     assert text.startswith("earlier step\n")  # appended, not overwritten
-    assert "| rmsnorm-0 | rmsnorm | 43.90 | 35.10 | 1.25x | 11.00x | –x | 91.5 | 7 | 2 |" in text
+    assert "| rmsnorm-0 | rmsnorm | 43.90 | 35.10 | 1.25x | 11.00x | – | 91.5 | 7 | 2 |" in text
     assert text == "earlier step\n" + summary_markdown(SUMMARY) + "\n"
 
 
