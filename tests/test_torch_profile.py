@@ -11,12 +11,14 @@ from autokernel_ci import torch_profile as module
 from autokernel_ci.torch_profile import torch_profile
 
 
-class _PreparedTwice(torch.profiler.profile):
-    """torch's own code path to the warning: a profile prepared twice (as torch 2.10-2.11 do on a first profile)."""
+class _SecondCycle(torch.profiler.profile):
+    """torch's own code path to the warning: a block that is the profile's second cycle (torch 2.12+ warn there;
+    2.10-2.11 warn on every profile)."""
 
-    def prepare_trace(self) -> None:
-        super().prepare_trace()
-        super().prepare_trace()
+    def __enter__(self):
+        super().__enter__()
+        super().__exit__(None, None, None)  # a first, empty cycle
+        return super().__enter__()
 
 
 def _warnings_of(block) -> list[str]:
@@ -27,16 +29,16 @@ def _warnings_of(block) -> list[str]:
 
 
 @pytest.fixture
-def prepared_twice(monkeypatch):
+def second_cycle(monkeypatch):
     monkeypatch.setattr(torch.profiler.profiler, "_WARNINGS_SHOWN", set())  # torch warns once a process
-    monkeypatch.setattr(torch.profiler, "profile", _PreparedTwice)
+    monkeypatch.setattr(torch.profiler, "profile", _SecondCycle)
 
 
 def _is_cycle_warning(text: str) -> bool:
     return text.startswith("Warning: Profiler clears events at the end of each cycle")
 
 
-def test_torch_warns_on_a_profile_prepared_twice(prepared_twice):
+def test_torch_warns_on_a_second_cycle(second_cycle):
     """The premise: torch's code gives the warning here, so the next test's silence is our filter's doing."""
     def bare():
         with torch.profiler.profile(activities=[ProfilerActivity.CPU]):
@@ -46,7 +48,7 @@ def test_torch_warns_on_a_profile_prepared_twice(prepared_twice):
 
 
 @pytest.mark.parametrize("options", [{}, {"record_shapes": True}])
-def test_torch_profile_drops_only_the_cycle_warning(prepared_twice, options):
+def test_torch_profile_drops_only_the_cycle_warning(second_cycle, options):
     def ours():
         with torch_profile([ProfilerActivity.CPU], **options) as prof:
             torch.ones(4).sum()
