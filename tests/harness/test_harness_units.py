@@ -24,9 +24,10 @@ def test_scrubbed_env_keeps_toolchain_drops_secrets():
               "PYTHONPATH": "/p", "LD_LIBRARY_PATH": "/l", "GITHUB_TOKEN": "t", "GH_TOKEN": "t",
               "ACTIONS_ID_TOKEN_REQUEST_URL": "u", "OPENAI_API_KEY": "k", "MY_API_KEY": "k", "DB_PASSWORD": "p",
               "AWS_REGION": "eu", "AZURE_TENANT": "a", "ANTHROPIC_BASE_URL": "u", "TRITON_AUTH_TOKEN": "t",
-              "GITHUB_WORKSPACE": "/w", "RANDOM_APP_SETTING": "x"}
+              "GITHUB_WORKSPACE": "/w", "RANDOM_APP_SETTING": "x", "KINETO_LOG_LEVEL": "6"}
     env = sandbox.scrubbed_env(parent)
-    assert set(env) == {"PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR", "PYTHONPATH", "LD_LIBRARY_PATH"}
+    assert set(env) == {"PATH", "HOME", "CUDA_VISIBLE_DEVICES", "TRITON_CACHE_DIR", "PYTHONPATH", "LD_LIBRARY_PATH",
+                        "KINETO_LOG_LEVEL"}
 
 
 @pytest.mark.parametrize(("samples", "median", "p20", "p80"), [
