@@ -35,7 +35,7 @@ GPU_REJECTED = {
     "reduced_precision.py": {"allclose"}, "nondeterministic.py": {"nondeterministic"},
     "shape_special.py": {"poisoned_output", "allclose"}, "monkeypatch_torch.py": {"tampering"},
     "monkeypatch_checker.py": {"tampering"}, "side_stream.py": {"side_stream", "poisoned_output"},
-    "memoized.py": {"below_physical_floor"},
+    "memoized.py": {"below_physical_floor"}, "profiler_spoof.py": {"tampering"},
 }
 GPU_FAULTS = {"fault_raises.py": "crash", "fault_oom.py": "oom", "fault_compile_error.py": "compile_error",
               "fault_exit.py": "crash", "fault_segfault.py": "crash", "fault_hangs.py": "timeout"}

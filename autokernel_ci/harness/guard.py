@@ -36,13 +36,14 @@ GUARDED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("torch.Tensor", "untyped_storage"), ("torch.Tensor", "detach"), ("torch.Tensor", "nonzero"),
     ("torch.Tensor", "copy_"), ("torch.Tensor", "fill_"), ("torch.Tensor", "isnan"),
     ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "current_stream"),
+    ("torch.profiler", "profile"),  # the GPU launch count (calls.launch_tracker) reads its events
     ("os", "urandom"), ("time", "perf_counter"), ("builtins", "isinstance"), ("builtins", "type"),
     ("builtins", "float"), ("builtins", "abs"), ("builtins", "max"), ("builtins", "min"),
     ("builtins", "len"), ("gc", "collect"),
 )
 # Modules whose whole namespace is guarded (the checker, the specs, the result types).
 GUARDED_MODULE_PREFIXES = ("autokernel_ci.harness", "autokernel_ci.compare", "autokernel_ci.specs",
-                           "autokernel_ci.kernelfile", "autokernel_ci.hardware")
+                           "autokernel_ci.kernelfile", "autokernel_ci.hardware", "autokernel_ci.torch_profile")
 # Module attributes the interpreter itself rewrites (warnings registry): never evidence of tampering.
 _IGNORED_KEYS = frozenset({"__warningregistry__"})
 
