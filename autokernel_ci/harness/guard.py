@@ -36,7 +36,10 @@ GUARDED_ATTRIBUTES: tuple[tuple[str, str], ...] = (
     ("torch.Tensor", "untyped_storage"), ("torch.Tensor", "detach"), ("torch.Tensor", "nonzero"),
     ("torch.Tensor", "copy_"), ("torch.Tensor", "fill_"), ("torch.Tensor", "isnan"),
     ("torch.cuda", "synchronize"), ("torch.cuda", "Event"), ("torch.cuda", "current_stream"),
-    ("torch.profiler", "profile"),  # the GPU launch count (calls.launch_tracker) reads its events
+    # the GPU launch count (calls.launch_tracker) opens a profile and reads its events: the class and the three
+    # methods it goes through, so no candidate can report a launch it never made
+    ("torch.profiler", "profile"), ("torch.profiler.profile", "__enter__"), ("torch.profiler.profile", "__exit__"),
+    ("torch.profiler.profile", "events"),
     ("os", "urandom"), ("time", "perf_counter"), ("builtins", "isinstance"), ("builtins", "type"),
     ("builtins", "float"), ("builtins", "abs"), ("builtins", "max"), ("builtins", "min"),
     ("builtins", "len"), ("gc", "collect"),

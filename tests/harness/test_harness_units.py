@@ -100,6 +100,27 @@ def test_guard_detects_and_ignores_additions():
     assert guard.find_tampering(snap) == []
 
 
+@pytest.mark.parametrize(("owner", "name"), [
+    ("torch.profiler", "profile"), ("torch.profiler.profile", "__enter__"), ("torch.profiler.profile", "__exit__"),
+    ("torch.profiler.profile", "events"), ("autokernel_ci.torch_profile", "torch_profile"),
+])
+def test_guard_sees_the_launch_counts_profiler_replaced(owner, name):
+    """What calls.launch_tracker reads a GPU launch from: replacing any of it could fake one (profiler_spoof.py)."""
+    obj = importlib.import_module(owner) if owner.startswith("autokernel_ci") else guard._resolve(owner)
+    snap = guard.take_snapshot()
+    own = name in vars(obj)  # profile.events is inherited: the patch shadows it, the restore deletes the shadow
+    original = vars(obj).get(name)
+    try:
+        setattr(obj, name, lambda *a, **k: None)
+        assert any(m.startswith(f"{owner}.{name} was replaced") for m in guard.find_tampering(snap))
+    finally:
+        if own:
+            setattr(obj, name, original)
+        else:
+            delattr(obj, name)
+    assert guard.find_tampering(snap) == []
+
+
 @pytest.mark.parametrize(("exc", "status"), [
     (RuntimeError("boom"), Status.CRASH),
     (MemoryError(), Status.OOM),
