@@ -9,16 +9,10 @@ from __future__ import annotations
 
 import argparse
 import importlib
-import os
 import sys
 from collections.abc import Callable, Sequence
 
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
-
-# torch's profiler (Kineto) in torch 2.13 writes two "USDT: ... profiler_start / profiler_stop" lines to stderr per
-# profile (6 lines before the first result of `run --example llama --local`); 6 is above Kineto's highest level
-# (5 still logs them). A KINETO_LOG_LEVEL the user set wins; harness subprocesses inherit the value.
-PROFILER_LOG_ENV, PROFILER_LOG_QUIET = "KINETO_LOG_LEVEL", "6"
 
 # command -> "module:function"; the function takes the parsed argparse.Namespace, returns an exit code.
 HANDLERS: dict[str, str] = {
@@ -236,7 +230,6 @@ def main(argv: Sequence[str] | None = None) -> int:
     if not args.command:
         parser.print_help()
         return EXIT_USAGE
-    os.environ.setdefault(PROFILER_LOG_ENV, PROFILER_LOG_QUIET)  # before any profile: Kineto reads it at its start
     try:
         handler = _resolve(args.command)
     except ModuleNotFoundError as exc:

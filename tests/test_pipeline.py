@@ -80,7 +80,7 @@ def test_run_example_llama_local_end_to_end(tmp_path):
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out
     assert "| vs compile |" in out and "–x" not in out  # the summary table: an untimed compile is a bare dash
-    assert "profiler_start" not in out  # torch's profiler log stays off (cli.PROFILER_LOG_ENV)
+    assert "profiler_start" not in out  # torch's profiler log stays off (torch_profile.PROFILER_LOG_ENV)
     runs = list((repo / ".autokernel-ci" / "runs").iterdir())
     assert len(runs) == 1 and (runs[0] / "plan.json").is_file() and (runs[0] / "journal.jsonl").is_file()
     assert "publish (local):" in out and Path(repo / ".autokernel-ci" / "publication" / "autokernels" /

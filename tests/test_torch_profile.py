@@ -1,7 +1,11 @@
 """Our profiles drop torch's false "clears events at the end of each cycle" warning and nothing else."""
 
+import os
 import re
+import subprocess
+import sys
 import warnings
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,3 +69,26 @@ def test_the_filter_matches_both_torch_wordings():
     for text in ("Warning: Profiler clears events at the end of each cycle.Only events from the current cycle",
                  "Warning: Profiler clears events at the end of each cycle. Only events from the current cycle"):
         assert re.match(module.FALSE_CYCLE_WARNING, text)
+
+
+_PROFILE_ONCE = ("import torch\nfrom torch.profiler import ProfilerActivity\n{setup}\n"
+                 "with {profile}:\n    torch.ones(3) + 1\n")
+BARE = _PROFILE_ONCE.format(setup="", profile="torch.profiler.profile(activities=[ProfilerActivity.CPU])")
+OURS = _PROFILE_ONCE.format(setup="from autokernel_ci.torch_profile import torch_profile",
+                            profile="torch_profile([ProfilerActivity.CPU])")
+
+
+def _kineto_log(script: str, **env: str) -> list[str]:
+    """The profiler_start / profiler_stop lines a fresh process writes (Kineto reads its level once a process)."""
+    base = {k: v for k, v in os.environ.items() if k != module.PROFILER_LOG_ENV}
+    proc = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env={**base, **env},
+                          cwd=Path(__file__).resolve().parents[1], timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    return [line for line in proc.stderr.splitlines() if "profiler_start" in line or "profiler_stop" in line]
+
+
+def test_kinetos_log_stays_off_unless_the_user_sets_its_level():
+    """torch 2.13's Kineto logs two lines a profile; ours log none, and a KINETO_LOG_LEVEL of the user's own brings
+    back exactly what torch logs by default."""
+    assert _kineto_log(OURS) == []
+    assert bool(_kineto_log(OURS, KINETO_LOG_LEVEL="0")) == bool(_kineto_log(BARE))

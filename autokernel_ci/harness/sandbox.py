@@ -21,7 +21,7 @@ KEEP_NAMES = frozenset({
     "LD_LIBRARY_PATH", "LIBRARY_PATH", "CPATH", "CC", "CXX", "OMP_NUM_THREADS", "MKL_NUM_THREADS",
     "OPENBLAS_NUM_THREADS", "XDG_CACHE_HOME", "LITELLM_LOCAL_MODEL_COST_MAP", "CONDA_PREFIX", "VIRTUAL_ENV",
     "PYTORCH_CUDA_ALLOC_CONF", "AUTOKERNEL_GPU_SPECS_DIR",
-    "KINETO_LOG_LEVEL",  # the CLI's quiet profiler (cli.PROFILER_LOG_ENV) or the user's level, in workers too
+    "KINETO_LOG_LEVEL",  # a profiler log level the user set reaches the workers' profiles (torch_profile)
 })
 KEEP_PREFIXES = ("LC_", "CUDA_", "NVIDIA_", "TRITON_", "PYTHON", "TORCH", "TORCHINDUCTOR_", "HIP_", "ROCM_", "HSA_",
                  "NCCL_", "CUDNN_", "CUBLAS_", "NVCC_")
