@@ -297,8 +297,8 @@ def _matmul_gluon(a_desc, b_desc, c_desc, M, N, K, n_tiles, B_NK: gl.constexpr, 
     ], [4, 1], [CONSUMER_REGS, 24])
 
 
-# Read once a device: torch.cuda.get_device_properties costs 2.0 us a call on an H100 host against 0.14 us
-# for a cached lookup (seventeenth session, timeit), and the launch path asks on every call.
+# Read once a device: torch.cuda.get_device_properties costs 2.0 us a call on an H100 host, a hit here 0.09 us
+# on the development CPU (timeit, h200.md seventeenth and eighteenth sessions); the launch path asks every call.
 @functools.cache
 def _device_facts(device):
     """(SM count, shared memory bytes per block) of the device; interpreter stand-ins on CPU."""

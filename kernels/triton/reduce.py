@@ -82,8 +82,8 @@ def _sum_looped(x_ptr, y_ptr, n_rows, n_cols, x_stride, BLOCK: tl.constexpr, EVI
     tl.store(y_ptr + row, tl.sum(acc, axis=0).to(y_ptr.dtype.element_ty))
 
 
-# Read once a device: torch.cuda.get_device_properties costs 2.0 us a call on an H100 host against 0.14 us
-# for a cached lookup (seventeenth session, timeit), and the launch path asks on every call.
+# Read once a device: torch.cuda.get_device_properties costs 2.0 us a call on an H100 host, a hit here 0.09 us
+# on the development CPU (timeit, h200.md seventeenth and eighteenth sessions); the launch path asks every call.
 @functools.cache
 def _processors(device):
     """SMs on a GPU; 1 under the CPU interpreter, so that each program there walks several rows too."""
