@@ -73,7 +73,8 @@ def test_run_example_llama_local_end_to_end(tmp_path):
         subprocess.run(["git", "-C", str(repo), "-c", "user.name=t", "-c", "user.email=t@e", *args], check=True)
     (repo / ".github").mkdir()
     (repo / ".github" / "autokernel.yml").write_text("top: 1\n")  # one target keeps the CPU run short
-    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_")}
+    # a fresh user's environment: no GitHub, no profiler level (in-process profiles of other tests set one)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("GITHUB_") and k != "KINETO_LOG_LEVEL"}
     proc = subprocess.run([sys.executable, "-m", "autokernel_ci", "run", "--example", "llama", "--local",
                            "--device", "cpu", "--max-experiments", "1", "--budget-minutes", "3"],
                           cwd=repo, env=env, capture_output=True, text=True, timeout=420)

@@ -1,4 +1,5 @@
-"""Our profiles drop torch's false "clears events at the end of each cycle" warning and nothing else."""
+"""Our profiles drop torch's false "clears events at the end of each cycle" warning and nothing else, and keep
+Kineto's log lines off unless the user sets their level."""
 
 import os
 import re
