@@ -28,7 +28,7 @@ from autokernel_ci.agents.base import Agent, AgentState, Proposal, config_hash, 
 from autokernel_ci.harness.results import BenchResult, Status, Timing, Verdict
 from autokernel_ci.kernelfile import KernelFile, KernelFileError, parse
 from autokernel_ci.loop.budget import Budget, BudgetUse, stop_reason
-from autokernel_ci.loop.journal import BEST_DIR, Journal, atomic_write, kept_version_path
+from autokernel_ci.loop.journal import BEST_DIR, JOURNAL, Journal, atomic_write, kept_version_path
 from autokernel_ci.loop.progress import Reporter
 from autokernel_ci.loop.summary import build_summary, now_iso
 from autokernel_ci.loop.workers import Slot, WorkerPool, import_ref, plan_slots
@@ -406,7 +406,8 @@ class Orchestrator:
         self._sync_best()
         slots: list[Slot] = plan_slots(self.settings.device, self.settings.workers, self.settings.gpu_indices)
         self.reporter.start(f"autokernel-ci optimize: {len(self.ops)} op(s), agent {self.settings.agent}, "
-                            f"{len(slots)} worker(s) on {', '.join(s.label for s in slots)}; run dir {self.run_dir}"
+                            f"{len(slots)} worker(s) on {', '.join(s.label for s in slots)}; run dir {self.run_dir} "
+                            f"(whole failure reasons in its {JOURNAL})"
                             + (f"; resuming after experiment {self.journal.next_n() - 1}" if self.resume else ""))
         pool = WorkerPool(slots, lock_dir=self.run_dir / "locks", evaluator_ref=self.settings.evaluator,
                           timeout_s=self.settings.timeout_s)

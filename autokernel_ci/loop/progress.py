@@ -13,6 +13,9 @@ from autokernel_ci.loop.journal import atomic_write
 
 PNG_EVERY_S = 15.0  # redraw progress.png at most this often (~0.3 s per draw with matplotlib)
 IDEA_WIDTH = 48
+# a failure reason past this is cut with "…" locally (the journal and the Actions group keep all of it): the
+# H200 example's edge_cases reason ran to 160 characters and 80 had cut it mid-sentence, with no sign of the cut
+REASON_WIDTH = 110
 
 
 def _fmt_us(value: float | None) -> str:
@@ -24,9 +27,12 @@ def experiment_line(record: dict[str, Any]) -> str:
     speed = record.get("speedup_vs_starter")
     idea = (record.get("idea") or "")[:IDEA_WIDTH]
     tail = record.get("reason", "") if record["status"] not in ("kept", "reverted") else ""
+    tail = " ".join(tail.split())  # one line: a reason quoting a compiler error may hold newlines
+    if len(tail) > REASON_WIDTH:
+        tail = tail[:REASON_WIDTH - 1] + "…"
     return (f"#{record['n']:04d} {record['op_id']:<18} {record['status']:<13} {idea:<{IDEA_WIDTH}} "
             f"{_fmt_us(record.get('median_us'))} {f'{speed:.2f}x' if speed else '   --':>7} "
-            f"{record.get('duration_s', 0.0):6.1f}s" + (f"  {tail[:80]}" if tail else ""))
+            f"{record.get('duration_s', 0.0):6.1f}s" + (f"  {tail}" if tail else ""))
 
 
 def summary_markdown(summary: dict[str, Any]) -> str:

@@ -6,7 +6,7 @@ import io
 
 import pytest
 
-from autokernel_ci.loop.progress import Reporter, plot_progress, summary_markdown
+from autokernel_ci.loop.progress import REASON_WIDTH, Reporter, experiment_line, plot_progress, summary_markdown
 
 RECORD = {"n": 7, "op_id": "rmsnorm-0", "status": "kept", "idea": "BLOCK=2048 (descent)", "median_us": 35.1,
           "speedup_vs_starter": 1.25, "duration_s": 6.2, "reason": "", "stages": {"smoke": "pass"}}
@@ -24,6 +24,31 @@ def test_local_line_has_n_op_idea_status_time_speedup():
     assert line.count("\n") == 1
     for part in ("#0007", "rmsnorm-0", "kept", "BLOCK=2048", "35.10us", "1.25x", "6.2s"):
         assert part in line
+
+
+# the H200 example's reason (160 characters), one that fits, and a compiler error over two lines
+LONG_REASON = ("edge_cases: allclose: relative L2 error 0.000277 > 0.0001: less precise than the reference allows "
+               "at shape (1, 32000) bf16; fix: accumulate the row's sum in fp32")
+
+
+@pytest.mark.parametrize(("reason", "shown"), [
+    (LONG_REASON, LONG_REASON[:REASON_WIDTH - 1] + "…"),
+    ("smoke: the kernel raised ZeroDivisionError", "smoke: the kernel raised ZeroDivisionError"),
+    ("compile: nvrtc error\nkernel.cu(3): error: expected ;", "compile: nvrtc error kernel.cu(3): error: expected ;"),
+])
+def test_local_line_shows_a_failure_reason_on_one_line_and_marks_a_cut(reason, shown):
+    line = experiment_line({**RECORD, "status": "rejected", "reason": reason, "median_us": None,
+                            "speedup_vs_starter": None})
+    assert "\n" not in line
+    assert line.endswith("  " + shown)
+    assert len(shown) <= REASON_WIDTH
+
+
+def test_actions_group_keeps_the_whole_reason():
+    out = io.StringIO()
+    Reporter(None, stream=out, env={"GITHUB_ACTIONS": "true"}).experiment({**RECORD, "status": "rejected",
+                                                                           "reason": LONG_REASON})
+    assert f"reason: {LONG_REASON}" in out.getvalue().splitlines()
 
 
 def test_github_actions_groups_and_job_summary(tmp_path):
