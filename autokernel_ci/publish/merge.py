@@ -88,7 +88,14 @@ class MergedRun:
 
     @property
     def experiments(self) -> int:
-        return len(self.records)
+        return sum(1 for r in self.records if _is_experiment(r))
+
+
+def _is_experiment(rec: dict[str, Any]) -> bool:
+    """Counts as the loop counts (summary.json, the optimize table): experiments are n >= 1; the starter baseline
+    each op's journal opens with (n == 0) is not one. Counting it had the H200 example's PR say 31 experiments and
+    cross entropy 13 (3 kept) where the optimize table of the same run said 28 and 12 (2 kept)."""
+    return int(rec.get("n", 0)) >= 1
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -186,10 +193,10 @@ def merge_run_dirs(run_dirs: list[str | Path]) -> MergedRun:
         summary_n = (summary or {}).get("experiments", (summary or {}).get("budget", {}).get("experiments_used"))
         shards.append(ShardInfo(
             run_dir=str(run_dir), shard=settings.get("shard"), gpu=gpu, agent=str(settings.get("agent", "?")),
-            experiments=len(records), usd=usd,
+            experiments=sum(1 for r in records if _is_experiment(r)), usd=usd,
             # summary.json counts experiments (n >= 1), not the starter baselines (n == 0) the journal also holds
             complete=summary is not None and bool(summary.get("finished", True)) and (
-                summary_n is None or int(summary_n) >= sum(1 for r in records if int(r.get("n", 0)) >= 1)),
+                summary_n is None or int(summary_n) >= sum(1 for r in records if _is_experiment(r))),
             torn_lines=torn,
         ))
         for rec in records:
@@ -217,11 +224,12 @@ def merge_run_dirs(run_dirs: list[str | Path]) -> MergedRun:
             if rec["op_id"] not in best or _better(cand, best[rec["op_id"]]):
                 best[rec["op_id"]] = cand
     for op_id, k in best.items():
-        k.experiments = len(tried.get(op_id, []))
-        k.kept = sum(1 for r in tried.get(op_id, []) if r.get("status") == "kept")
+        mine = [r for r in tried.get(op_id, []) if _is_experiment(r)]
+        k.experiments = len(mine)
+        k.kept = sum(1 for r in mine if r.get("status") == "kept")
     others = [
-        {"op_id": op_id, "experiments": len(recs), "last_status": recs[-1].get("status"),
-         "reason": recs[-1].get("reason", "")}
+        {"op_id": op_id, "experiments": sum(1 for r in recs if _is_experiment(r)),
+         "last_status": recs[-1].get("status"), "reason": recs[-1].get("reason", "")}
         for op_id, recs in tried.items() if op_id not in best
     ]
     kernels = sorted(best.values(), key=lambda k: (-(k.share or 0.0), k.op_id))

@@ -22,7 +22,12 @@ def test_best_version_per_op_across_shards_names_its_gpu(tmp_path):
     best = {k.op_id: k for k in merged.kernels}
     assert best["rmsnorm-0"].speedup_vs_eager == pytest.approx(2.6) and best["rmsnorm-0"].gpu == "NVIDIA H200"
     assert best["softmax-0"].gpu == "NVIDIA H200" and merged.gpus == ["NVIDIA H100", "NVIDIA H200"]
-    assert best["rmsnorm-0"].experiments == 3 + 5  # both shards' records for the op
+    # both shards' experiments on the op (a kept and a reverted version per speedup), not their starter baselines,
+    # counted as summary.json counts them
+    assert (best["rmsnorm-0"].experiments, best["rmsnorm-0"].kept) == (2 * 2 + 2 * 1, 2 + 1)
+    assert merged.experiments == 2 * 3 + 2 == sum(s.experiments for s in merged.shards)
+    assert [s.experiments for s in merged.shards] == [json.loads((rd / "summary.json").read_text())["experiments"]
+                                                      for rd in (a, b)]
     assert [k.op_id for k in merged.kernels] == ["rmsnorm-0", "softmax-0"]  # largest share first
 
 
