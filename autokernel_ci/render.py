@@ -37,8 +37,11 @@ def render_verdict(v: Verdict, *, hardening: bool = True) -> str:
             if value is not None:
                 detail.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={value}")
         parts.append("first failure: " + " ".join(detail))
-        if "\n" in v.reason:
-            parts.append(v.reason.split("\n", 1)[1])
+    reason = v.reason.strip()
+    if reason and reason != _first_line(reason):
+        # the tables cut a reason at one line of 110 characters; an input_mutated reason runs to 150 and its
+        # fix ("use a separate output") came after the cut: the whole of it once, under the tables' summary
+        parts.append(reason)
     if hardening and v.hardening:
         parts.append(table(("hardening check", "outcome"),
                            [(k, _first_line(val, 90)) for k, val in v.hardening.items()]))

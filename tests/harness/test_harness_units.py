@@ -154,6 +154,23 @@ def test_render_verdict_and_bench():
         render(1)
 
 
+LONG_REASON = ("input_mutated: input 'x' changed during the call: a kernel must not write to its inputs "
+               "(use a separate output tensor; the harness compares every input to a copy)")
+
+
+@pytest.mark.parametrize(("reason", "whole_shown"), [
+    (LONG_REASON, True),  # cut in the table: shown whole below it
+    ("compile: nvrtc failed\nkernel.cu(3): error: expected a ;", True),  # a second line the table leaves out
+    ("caching: two inputs gave one output", False),  # fits the table: not repeated
+])
+def test_render_verdict_shows_a_cut_reason_whole(reason, whole_shown):
+    v = Verdict("k.py", "softmax", "triton", "abc", "cpu", Status.FAIL, reason=f"smoke: {reason}",
+                stages=[StageResult("smoke", Status.FAIL, reason=reason, cases=1)])
+    text = render_verdict(v)
+    assert (f"smoke: {reason}" in text) == whole_shown
+    assert reason.splitlines()[0][:60] in text.splitlines()[4]  # the stage table's row keeps its first part
+
+
 def test_roofline_reads_gpu_specs_not_a_local_table():
     """No GPU here: the bounds are the reference GPU's gpu_specs figures, labelled as such; the floor
     uses the datasheet (fp32 through tf32 tensor cores), the ceiling the measured figures."""
