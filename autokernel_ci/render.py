@@ -24,7 +24,8 @@ def _first_line(text: str, limit: int = 110) -> str:
 
 
 def render_verdict(v: Verdict, *, hardening: bool = True) -> str:
-    head = (f"{v.kernel}  [{v.kernel_type}/{v.backend} {v.source_hash} on {v.device}]  "
+    # a file that does not parse has no type or backend: "?" rather than a bare "[/ ...]"
+    head = (f"{v.kernel}  [{v.kernel_type or '?'}/{v.backend or '?'} {v.source_hash} on {v.device}]  "
             f"{v.status.value.upper()}  ({v.duration_s:.1f} s)")
     rows = [(s.name, _MARK.get(s.status, s.status.value.upper()), s.cases, f"{s.duration_s:.2f}",
              _first_line(s.reason)) for s in v.stages]

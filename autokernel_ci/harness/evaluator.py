@@ -203,9 +203,9 @@ class Evaluator:
         """Static contract in this process, then import in the worker. A Verdict means: stop here."""
         t0 = time.perf_counter()
         try:
-            kf = kernelfile.parse(source)
+            kf = kernelfile.parse(source, Path(label))  # the label (its path) names the file in contract errors
         except kernelfile.KernelFileError as exc:
-            return None, _verdict(label, None, self.device, Status.INVALID, "contract", str(exc), t0)
+            return None, _verdict(label, None, self.device, Status.INVALID, "contract", str(exc), t0, source=source)
         if kf.backend == "cuda" and self.device != "cuda":
             return kf, _verdict(label, kf, self.device, Status.INVALID, "backend",
                                 "BACKEND='cuda' needs a GPU: verify it with device='cuda'", t0)
@@ -325,12 +325,14 @@ def _dtype_names(dtypes: Sequence[Any] | None) -> list[str] | None:
 
 
 def _verdict(label: str, kf: kernelfile.KernelFile | None, device: str, status: Status, check: str, reason: str,
-             t0: float) -> Verdict:
+             t0: float, *, source: str = "") -> Verdict:
+    """A verdict that stops before the stages. Without a parsed file (a contract error) the hash is still the
+    source's own, so journal lines and reports can tell two broken candidates apart (it was the empty string's)."""
     f = CheckFailure(check=check, message=reason)
     stages = [StageResult(STAGES[0], status, reason=f"{check}: {reason}", failures=[f])]
     stages += [StageResult(n, Status.NOT_RUN, reason="not run") for n in STAGES[1:]]
     return Verdict(kernel=label, kernel_type=kf.kernel_type if kf else "", backend=kf.backend if kf else "",
-                   source_hash=kf.source_hash if kf else kernelfile.source_hash(""), device=device, status=status,
+                   source_hash=kf.source_hash if kf else kernelfile.source_hash(source), device=device, status=status,
                    reason=f"{check}: {reason}", stages=stages,
                    hardening={"tampering": f"fail: {reason}"} if check == "tampering" else {},
                    duration_s=round(time.perf_counter() - t0, 3))

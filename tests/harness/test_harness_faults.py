@@ -6,6 +6,7 @@ from __future__ import annotations
 import pytest
 from harness_testlib import EXPLOITS, FIXTURES, source
 
+from autokernel_ci import kernelfile
 from autokernel_ci.harness import Evaluator
 from autokernel_ci.harness.results import Status
 
@@ -22,9 +23,14 @@ FAULTS = {
 
 @pytest.mark.parametrize("name", sorted(FAULTS))
 def test_fault_then_honest_kernel_in_the_same_evaluator(evaluator, name):
-    verdict = evaluator.verify_source(source(EXPLOITS / name), dtypes=["float32"], label=name)
+    text = source(EXPLOITS / name)
+    verdict = evaluator.verify_source(text, dtypes=["float32"], label=name)
     assert verdict.status is FAULTS[name], verdict.reason
     assert verdict.reason
+    # the candidate's own hash even when it does not parse (it was the empty string's for every contract error)
+    assert verdict.source_hash == kernelfile.source_hash(text)
+    if FAULTS[name] is Status.INVALID:
+        assert f"contract: {name}: " in verdict.reason  # names the file, not "<kernel source>"
     if name == "fault_raises.py":
         assert "deliberate failure inside kernel_fn" in verdict.reason and "Traceback" in verdict.reason
     if name in ("fault_exit.py", "fault_segfault.py"):
