@@ -60,3 +60,12 @@ def test_cli_exit_codes(tmp_path):
     bad_set = _cli("verify", str(FIXTURES / "softmax_honest.py"), "--device", "cpu", "--shapes", "nosuch",
                    cwd=tmp_path)
     assert bad_set.returncode == 2 and "nosuch" in bad_set.stderr
+
+
+
+def test_cli_bench_says_it_did_not_check_results(tmp_path):
+    wrong = _cli("bench", str(EXPLOITS / "input_mutation.py"), "--device", "cpu", "--dtypes", "fp32", "--no-compile",
+                 cwd=tmp_path)
+    assert wrong.returncode == 0, wrong.stdout + wrong.stderr  # it ran: bench times, verify judges
+    assert "results not checked" in wrong.stdout and f"autokernel-ci verify {EXPLOITS / 'input_mutation.py'}" \
+        in wrong.stdout
