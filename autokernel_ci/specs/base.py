@@ -144,6 +144,11 @@ class KernelSpec:
 
 
 # -- helpers the spec modules share ---------------------------------------------------------------
+def row_dims(shape: Shape) -> tuple[int, ...]:
+    """The row-wise types' tensor shape ([B,] M, N): rows of N, an optional batch dimension in the edge sets."""
+    return (*([int(shape["B"])] if "B" in shape else []), int(shape["M"]), int(shape["N"]))
+
+
 def elem_size(dtype: torch.dtype) -> int:
     return torch.empty((), dtype=dtype).element_size()
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from autokernel_ci.specs._norms import NORM_SHAPE_SETS
 from autokernel_ci.specs._tolerances import ROWWISE
 from autokernel_ci.specs.base import (
     KernelSpec,
@@ -14,13 +15,10 @@ from autokernel_ci.specs.base import (
     elem_size,
     prod,
     randn,
+    row_dims,
 )
 
 EPS = 1e-5  # nn.LayerNorm's default
-
-
-def _dims(shape: Shape) -> tuple[int, ...]:
-    return (*([int(shape["B"])] if "B" in shape else []), int(shape["M"]), int(shape["N"]))
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
@@ -35,13 +33,13 @@ def _with_params(x: torch.Tensor, dtype, device, gen):
 
 def make_inputs(shape: Shape, dtype, device, gen):
     # Residual-stream-like activations: non-zero mean and spread per row.
-    return _with_params(randn(_dims(shape), dtype, device, gen, std=2.0, mean=0.5), dtype, device, gen)
+    return _with_params(randn(row_dims(shape), dtype, device, gen, std=2.0, mean=0.5), dtype, device, gen)
 
 
 def _large_mean(shape, dtype, device, gen):
     # var = E[x^2] - E[x]^2 in fp32 loses ~all digits at mean 1000, std 1: a two-pass or Welford
     # variance is needed.
-    return _with_params(randn(_dims(shape), dtype, device, gen, std=1.0, mean=1000.0), dtype, device, gen)
+    return _with_params(randn(row_dims(shape), dtype, device, gen, std=1.0, mean=1000.0), dtype, device, gen)
 
 
 # fp32 bound of the large_mean case. The output (x - mean) / std is conditioned by |mean| / std = 1000:
@@ -58,17 +56,17 @@ LARGE_MEAN_FP32 = Tolerance(atol=2e-3, rtol=2e-3, rel_l2=5e-4)
 
 
 def _tiny_variance(shape, dtype, device, gen):
-    return _with_params(randn(_dims(shape), dtype, device, gen, std=1e-3), dtype, device, gen)
+    return _with_params(randn(row_dims(shape), dtype, device, gen, std=1e-3), dtype, device, gen)
 
 
 def _large_magnitude(shape, dtype, device, gen):
     # x^2 overflows fp16 above 256: the statistics must be accumulated in fp32.
-    return _with_params(randn(_dims(shape), dtype, device, gen, std=1000.0), dtype, device, gen)
+    return _with_params(randn(row_dims(shape), dtype, device, gen, std=1000.0), dtype, device, gen)
 
 
 def _bytes(shape: Shape, dtype: torch.dtype) -> float:
     n = int(shape["N"])
-    return (2.0 * prod(_dims(shape)) + 2 * n) * elem_size(dtype)  # x, y, weight, bias
+    return (2.0 * prod(row_dims(shape)) + 2 * n) * elem_size(dtype)  # x, y, weight, bias
 
 
 SPEC = KernelSpec(
@@ -77,15 +75,9 @@ SPEC = KernelSpec(
     arg_names=("x", "weight", "bias", "eps"),
     reference=reference,
     make_inputs=make_inputs,
-    shape_sets={
-        "llama7b": ({"M": 8192, "N": 4096},),
-        "gpt2": ({"M": 8192, "N": 768},),
-        "odd": ({"M": 257, "N": 3000}, {"M": 1000, "N": 1000}),
-        "edge": ({"M": 1, "N": 1}, {"M": 3, "N": 7}, {"M": 2, "N": 40961}, {"B": 2, "M": 3, "N": 5}),
-        "cpu": ({"M": 16, "N": 256}, {"M": 9, "N": 100}),
-    },
+    shape_sets=NORM_SHAPE_SETS,
     tolerances=ROWWISE,
-    flops=lambda s: 8.0 * prod(_dims(s)),
+    flops=lambda s: 8.0 * prod(row_dims(s)),
     bytes_moved=_bytes,
     stress_cases=(
         StressCase("large_mean", "mean 1000, std 1: single-pass E[x^2]-E[x]^2 variance cancels", _large_mean,

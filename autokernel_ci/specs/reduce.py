@@ -4,11 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, Tolerance, elem_size, prod, randn
-
-
-def _dims(shape: Shape) -> tuple[int, ...]:
-    return (*([int(shape["B"])] if "B" in shape else []), int(shape["M"]), int(shape["N"]))
+from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, Tolerance, elem_size, prod, randn, row_dims
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -16,18 +12,18 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 
 
 def make_inputs(shape: Shape, dtype, device, gen):
-    return (randn(_dims(shape), dtype, device, gen, std=1.0, mean=0.1),)
+    return (randn(row_dims(shape), dtype, device, gen, std=1.0, mean=0.1),)
 
 
 def _cancellation(shape, dtype, device, gen):
     # Large values of both signs around a small signal: a low-precision accumulator loses it.
-    big = randn(_dims(shape), torch.float32, device, gen, std=100.0)
+    big = randn(row_dims(shape), torch.float32, device, gen, std=100.0)
     return (big.to(dtype),)
 
 
 def _bytes(shape: Shape, dtype: torch.dtype) -> float:
     n = int(shape["N"])
-    return float(prod(_dims(shape))) * elem_size(dtype) * (1 + 1 / n)  # x read once, sums written
+    return float(prod(row_dims(shape))) * elem_size(dtype) * (1 + 1 / n)  # x read once, sums written
 
 
 SPEC = KernelSpec(
@@ -49,7 +45,7 @@ SPEC = KernelSpec(
         torch.float16: Tolerance(atol=1e-2, rtol=2e-3, rel_l2=1e-3),
         torch.float32: Tolerance(atol=1e-3, rtol=1e-5, rel_l2=1e-5),
     },
-    flops=lambda s: float(prod(_dims(s))),
+    flops=lambda s: float(prod(row_dims(s))),
     bytes_moved=_bytes,
     stress_cases=(StressCase("cancellation", "std 100 values of both signs", _cancellation),),
     noncontiguous_args=(0,),

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import torch
 
+from autokernel_ci.specs._norms import NORM_SHAPE_SETS
 from autokernel_ci.specs._tolerances import ROWWISE
 from autokernel_ci.specs.base import (
     KernelSpec,
@@ -13,13 +14,10 @@ from autokernel_ci.specs.base import (
     elem_size,
     prod,
     randn,
+    row_dims,
 )
 
 EPS = 1e-6  # LLaMA's rms_norm_eps
-
-
-def _dims(shape: Shape) -> tuple[int, ...]:
-    return (*([int(shape["B"])] if "B" in shape else []), int(shape["M"]), int(shape["N"]))
 
 
 def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
@@ -38,21 +36,21 @@ def _with_weight(x: torch.Tensor, dtype, device, gen):
 
 
 def make_inputs(shape: Shape, dtype, device, gen):
-    return _with_weight(randn(_dims(shape), dtype, device, gen, std=1.5, mean=0.1), dtype, device, gen)
+    return _with_weight(randn(row_dims(shape), dtype, device, gen, std=1.5, mean=0.1), dtype, device, gen)
 
 
 def _tiny(shape, dtype, device, gen):
     # rms ~1e-3 against eps 1e-6: eps must be added to the mean square, not to the rms.
-    return _with_weight(randn(_dims(shape), dtype, device, gen, std=1e-3), dtype, device, gen)
+    return _with_weight(randn(row_dims(shape), dtype, device, gen, std=1e-3), dtype, device, gen)
 
 
 def _large(shape, dtype, device, gen):
     # x^2 overflows fp16 above 256: the mean square must be accumulated in fp32.
-    return _with_weight(randn(_dims(shape), dtype, device, gen, std=1000.0), dtype, device, gen)
+    return _with_weight(randn(row_dims(shape), dtype, device, gen, std=1000.0), dtype, device, gen)
 
 
 def _bytes(shape: Shape, dtype: torch.dtype) -> float:
-    return (2.0 * prod(_dims(shape)) + int(shape["N"])) * elem_size(dtype)  # x, y, weight
+    return (2.0 * prod(row_dims(shape)) + int(shape["N"])) * elem_size(dtype)  # x, y, weight
 
 
 SPEC = KernelSpec(
@@ -61,15 +59,9 @@ SPEC = KernelSpec(
     arg_names=("x", "weight", "eps"),
     reference=reference,
     make_inputs=make_inputs,
-    shape_sets={
-        "llama7b": ({"M": 8192, "N": 4096},),
-        "gpt2": ({"M": 8192, "N": 768},),
-        "odd": ({"M": 257, "N": 3000}, {"M": 1000, "N": 1000}),
-        "edge": ({"M": 1, "N": 1}, {"M": 3, "N": 7}, {"M": 2, "N": 40961}, {"B": 2, "M": 3, "N": 5}),
-        "cpu": ({"M": 16, "N": 256}, {"M": 9, "N": 100}),
-    },
+    shape_sets=NORM_SHAPE_SETS,
     tolerances=ROWWISE,
-    flops=lambda s: 4.0 * prod(_dims(s)),
+    flops=lambda s: 4.0 * prod(row_dims(s)),
     bytes_moved=_bytes,
     stress_cases=(
         StressCase("tiny_values", "rms ~1e-3 against eps 1e-6", _tiny),

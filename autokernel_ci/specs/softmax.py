@@ -12,11 +12,8 @@ from autokernel_ci.specs.base import (
     elem_size,
     prod,
     randn,
+    row_dims,
 )
-
-
-def _dims(shape: Shape) -> tuple[int, ...]:
-    return (*([int(shape["B"])] if "B" in shape else []), int(shape["M"]), int(shape["N"]))
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
@@ -25,28 +22,28 @@ def reference(x: torch.Tensor) -> torch.Tensor:
 
 def make_inputs(shape: Shape, dtype, device, gen):
     # Attention-score-like logits: std 3 so rows are peaked but not one-hot.
-    return (randn(_dims(shape), dtype, device, gen, std=3.0),)
+    return (randn(row_dims(shape), dtype, device, gen, std=3.0),)
 
 
 def _large_logits(shape, dtype, device, gen):
     # exp(89) overflows fp32 and exp(11.1) fp16: a kernel without max-subtraction returns inf/NaN.
-    return (randn(_dims(shape), dtype, device, gen, std=2000.0),)
+    return (randn(row_dims(shape), dtype, device, gen, std=2000.0),)
 
 
 def _masked(shape, dtype, device, gen):
-    x = randn(_dims(shape), torch.float32, device, gen, std=3.0)
+    x = randn(row_dims(shape), torch.float32, device, gen, std=3.0)
     mask = torch.rand(x.shape, generator=gen, device=device) < 0.4
     mask[..., 0] = False  # every row keeps one finite entry, as a causal mask does
     return (x.masked_fill(mask, float("-inf")).to(dtype),)
 
 
 def _constant_rows(shape, dtype, device, gen):
-    rows = randn((*_dims(shape)[:-1], 1), dtype, device, gen, std=50.0)
-    return (rows.expand(*_dims(shape)).contiguous(),)
+    rows = randn((*row_dims(shape)[:-1], 1), dtype, device, gen, std=50.0)
+    return (rows.expand(*row_dims(shape)).contiguous(),)
 
 
 def _bytes(shape: Shape, dtype: torch.dtype) -> float:
-    return 2.0 * prod(_dims(shape)) * elem_size(dtype)  # read x once, write y once
+    return 2.0 * prod(row_dims(shape)) * elem_size(dtype)  # read x once, write y once
 
 
 SPEC = KernelSpec(
@@ -68,7 +65,7 @@ SPEC = KernelSpec(
         torch.float16: Tolerance(atol=1e-6, rtol=2e-3, rel_l2=1e-3),
         torch.float32: Tolerance(atol=1e-7, rtol=1e-5, rel_l2=1e-5),
     },
-    flops=lambda s: 5.0 * prod(_dims(s)),  # max, sub, exp, sum, div per element
+    flops=lambda s: 5.0 * prod(row_dims(s)),  # max, sub, exp, sum, div per element
     bytes_moved=_bytes,
     stress_cases=(
         StressCase("large_logits", "logits of magnitude ~2000 overflow exp() without max-subtraction",
