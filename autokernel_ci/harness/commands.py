@@ -56,7 +56,11 @@ def bench_main(args: argparse.Namespace) -> int:
         if sets:
             from autokernel_ci import kernelfile
 
-            shapes = get_spec(kernelfile.load(args.kernel).kernel_type).shapes(*sets)
+            try:
+                kernel_type = kernelfile.load(args.kernel).kernel_type
+            except kernelfile.KernelFileError:
+                kernel_type = None  # the kernel's fault, not the command line's: bench's INVALID verdict, exit 1
+            shapes = get_spec(kernel_type).shapes(*sets) if kernel_type else None
         result = bench(args.kernel, device=args.device, shapes=shapes, compile_baseline=not args.no_compile,
                        dtypes=getattr(args, "dtypes", None))
     except BenchFailed as exc:

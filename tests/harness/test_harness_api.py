@@ -63,6 +63,12 @@ def test_cli_exit_codes(tmp_path):
 
 
 
+@pytest.mark.parametrize("shapes", [(), ("--shapes", "cpu")])
+def test_cli_bench_of_a_file_breaking_the_contract_is_rejected_not_a_usage_error(tmp_path, shapes):
+    broken = _cli("bench", str(EXPLOITS / "fault_contract.py"), "--device", "cpu", *shapes, cwd=tmp_path)
+    assert broken.returncode == 1 and "INVALID" in broken.stdout, broken.stdout + broken.stderr
+
+
 def test_cli_bench_says_it_did_not_check_results(tmp_path):
     wrong = _cli("bench", str(EXPLOITS / "input_mutation.py"), "--device", "cpu", "--dtypes", "fp32", "--no-compile",
                  cwd=tmp_path)
