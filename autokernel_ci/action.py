@@ -31,9 +31,12 @@ import tempfile
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from autokernel_ci.config import Config, ConfigError, load_config
+
+if TYPE_CHECKING:  # for annotations only: the functions below import Git where they use it
+    from autokernel_ci.publish.git import Git
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 INPUT_PREFIX = "AUTOKERNEL_INPUT_"
@@ -73,7 +76,7 @@ def _escape_property(text: str) -> str:
 class Workflow:
     """GitHub's workflow commands and files: masks, groups, annotations, outputs, job summary."""
 
-    def __init__(self, env: Mapping[str, str], stream=None) -> None:
+    def __init__(self, env: Mapping[str, str], stream: TextIO | None = None) -> None:
         self.output_path = env.get("GITHUB_OUTPUT") or None
         self.summary_path = env.get("GITHUB_STEP_SUMMARY") or None
         self.stream = stream or sys.stdout
@@ -425,7 +428,7 @@ def handle_review(ctx: Context) -> Outcome:
                    exit_code=EXIT_FAILED if failures else EXIT_OK, pr_number=number, pr_url=url, summary=body)
 
 
-def review_kernels(git, paths: list[str], base_sha: str, head_sha: str, *, device: str | None,
+def review_kernels(git: Git, paths: list[str], base_sha: str, head_sha: str, *, device: str | None,
                    workflow: Workflow) -> list[dict[str, Any]]:
     from autokernel_ci.harness import bench, verify
 
@@ -523,7 +526,7 @@ def dispatch(ctx: Context) -> Outcome:
                          "pull_request)")
 
 
-def build_context(env: Mapping[str, str], stream=None) -> Context:
+def build_context(env: Mapping[str, str], stream: TextIO | None = None) -> Context:
     wf = Workflow(env, stream)
     inputs = read_inputs(env)
     token = inputs.get("github-token") or env.get("GITHUB_TOKEN") or None

@@ -12,6 +12,7 @@ import argparse
 import json
 import os
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
@@ -88,7 +89,8 @@ def default_run_dir(repo: Path) -> Path:
 
 
 def run_pipeline(config: Config, *, repo: Path, run_dir: Path | None = None, resume: bool = False,
-                 loop_options: dict[str, Any] | None = None, log=None) -> PipelineResult:
+                 loop_options: dict[str, Any] | None = None,
+                 log: Callable[[str], None] | None = None) -> PipelineResult:
     """Profile -> optimize -> end to end; returns where everything landed.
 
     loop_options: extra LoopSettings fields (workers, seed, patience, timeout_s, ...) from the CLI."""

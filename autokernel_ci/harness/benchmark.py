@@ -13,7 +13,7 @@ from autokernel_ci.harness.loader import Candidate
 from autokernel_ci.harness.results import BenchResult, ShapeBench
 from autokernel_ci.harness.stages import derive_seed, dtype_from_name
 from autokernel_ci.specs import get_spec
-from autokernel_ci.specs.base import CPU_SET
+from autokernel_ci.specs.base import CPU_SET, KernelSpec
 
 # Input sets rotated between calls: the same tensors every call would let a kernel (or the cache)
 # keep state across calls; three distinct sets is enough to break that and cheap to hold.
@@ -24,7 +24,7 @@ CPU_NOTE = ("CPU timings of Triton-interpreted kernels mean nothing (Python exec
 CPU_COMPILE_BASELINE = False
 
 
-def default_shapes(spec, device: torch.device) -> list[dict]:
+def default_shapes(spec: KernelSpec, device: torch.device) -> list[dict[str, Any]]:
     return spec.shapes("llama7b") if device.type == "cuda" else spec.shapes(CPU_SET)[:1]
 
 

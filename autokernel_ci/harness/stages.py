@@ -22,7 +22,7 @@ import torch
 
 from autokernel_ci.compare import compare
 from autokernel_ci.harness import calls, faults, guard
-from autokernel_ci.harness.loader import Candidate
+from autokernel_ci.harness.loader import Candidate, LoadFailure
 from autokernel_ci.harness.results import STAGES, CheckFailure, StageResult, Status, Verdict
 from autokernel_ci.specs import get_spec
 from autokernel_ci.specs.base import CPU_SET, EDGE_SET, MODEL_SETS, ODD_SET, KernelSpec, Tolerance
@@ -491,7 +491,7 @@ class LoadFailedRun:
         return failed_verdict(self.failure, kernel_label or self.path, self.device)
 
 
-def failed_verdict(failure, kernel_label: str, device: str, duration_s: float = 0.0) -> Verdict:
+def failed_verdict(failure: LoadFailure, kernel_label: str, device: str, duration_s: float = 0.0) -> Verdict:
     """The verdict of a candidate that never ran its stages (contract, import, crash before smoke)."""
     kf = failure.kernel
     stages = [StageResult(STAGES[0], failure.status, reason=f"{failure.check}: {failure.reason}",

@@ -7,6 +7,7 @@ import json
 import os
 import sys
 from collections.abc import Mapping
+from typing import TextIO
 
 from autokernel_ci.config import ConfigError, load_config
 from autokernel_ci.publish.github import DEFAULT_API_URL, GitHubError
@@ -30,7 +31,7 @@ def target_from_env(env: Mapping[str, str], token: str | None = None) -> GitHubT
                         server_url=env.get("GITHUB_SERVER_URL") or DEFAULT_SERVER_URL)
 
 
-def render_result(result: PublishResult, stream=None) -> None:
+def render_result(result: PublishResult, stream: TextIO | None = None) -> None:
     """The one renderer of a publish result for people (the action adds outputs and a summary)."""
     stream = stream or sys.stdout
     print(f"publish ({result.mode}): {result.operation}: {result.message}", file=stream)

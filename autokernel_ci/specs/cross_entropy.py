@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import torch
 
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, Tolerance, elem_size, randn
+from autokernel_ci.specs.base import Inputs, KernelSpec, Shape, StressCase, Tolerance, elem_size, randn
 
 IGNORE_INDEX = -100
 
@@ -30,7 +30,7 @@ def _inputs(shape: Shape, dtype, device, gen, std: float):
     return (randn((m, v), dtype, device, gen, std=std), _targets(m, v, device, gen))
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     return _inputs(shape, dtype, device, gen, std=2.0)  # LM-head-like logits
 
 

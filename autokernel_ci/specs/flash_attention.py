@@ -7,10 +7,10 @@ import math
 import torch
 
 from autokernel_ci.specs._tolerances import GEMM
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, Tolerance, elem_size, randn
+from autokernel_ci.specs.base import Inputs, KernelSpec, Shape, StressCase, Tolerance, elem_size, randn
 
 
-def reference(q, k, v, causal: bool, sm_scale: float) -> torch.Tensor:
+def reference(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
     groups = q.shape[1] // k.shape[1]
     k = k.repeat_interleave(groups, dim=1)
     v = v.repeat_interleave(groups, dim=1)
@@ -22,7 +22,7 @@ def reference(q, k, v, causal: bool, sm_scale: float) -> torch.Tensor:
     return torch.softmax(scores, dim=-1) @ v
 
 
-def eager(q, k, v, causal: bool, sm_scale: float) -> torch.Tensor:
+def eager(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, causal: bool, sm_scale: float) -> torch.Tensor:
     """What models call: SDPA, with grouped-query heads when k/v have fewer heads than q."""
     return torch.nn.functional.scaled_dot_product_attention(q, k, v, is_causal=causal, scale=sm_scale,
                                                             enable_gqa=q.shape[1] != k.shape[1])
@@ -36,7 +36,7 @@ def _qkv(shape: Shape, dtype, device, gen, std: float):
     return (q, k, v, bool(shape["causal"]), 1.0 / math.sqrt(d))
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     return _qkv(shape, dtype, device, gen, std=1.0)
 
 

@@ -7,10 +7,10 @@ import math
 import torch
 
 from autokernel_ci.specs._tolerances import GEMM
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, elem_size, randn
+from autokernel_ci.specs.base import Inputs, KernelSpec, Shape, StressCase, elem_size, randn
 
 
-def reference(x, w_gate, w_up, w_down) -> torch.Tensor:
+def reference(x: torch.Tensor, w_gate: torch.Tensor, w_up: torch.Tensor, w_down: torch.Tensor) -> torch.Tensor:
     return (torch.nn.functional.silu(x @ w_gate.T) * (x @ w_up.T)) @ w_down.T
 
 
@@ -24,7 +24,7 @@ def _weights(shape: Shape, dtype, device, gen, gain: float = 1.0):
     )
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     x = randn((int(shape["M"]), int(shape["D"])), dtype, device, gen)
     return (x, *_weights(shape, dtype, device, gen))
 

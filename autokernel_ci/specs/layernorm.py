@@ -7,6 +7,7 @@ import torch
 from autokernel_ci.specs._norms import NORM_SHAPE_SETS
 from autokernel_ci.specs._tolerances import ROWWISE
 from autokernel_ci.specs.base import (
+    Inputs,
     KernelSpec,
     Shape,
     StressCase,
@@ -31,7 +32,7 @@ def _with_params(x: torch.Tensor, dtype, device, gen):
     return (x, affine_weight(n, dtype, device, gen), bias, EPS)
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     # Residual-stream-like activations: non-zero mean and spread per row.
     return _with_params(randn(row_dims(shape), dtype, device, gen, std=2.0, mean=0.5), dtype, device, gen)
 

@@ -7,14 +7,14 @@ import math
 import torch
 
 from autokernel_ci.specs._tolerances import GEMM
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, elem_size, randn
+from autokernel_ci.specs.base import Inputs, KernelSpec, Shape, StressCase, elem_size, randn
 
 
 def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return a @ b
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     m, k, n = int(shape["M"]), int(shape["K"]), int(shape["N"])
     # b scaled like an initialised weight (std 1/sqrt(K)) so outputs are O(1) at any K.
     return (randn((m, k), dtype, device, gen), randn((k, n), dtype, device, gen, std=1 / math.sqrt(k)))

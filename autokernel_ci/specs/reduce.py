@@ -4,14 +4,14 @@ from __future__ import annotations
 
 import torch
 
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, Tolerance, elem_size, prod, randn, row_dims
+from autokernel_ci.specs.base import Inputs, KernelSpec, Shape, StressCase, Tolerance, elem_size, prod, randn, row_dims
 
 
 def reference(x: torch.Tensor) -> torch.Tensor:
     return x.sum(dim=-1)
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     return (randn(row_dims(shape), dtype, device, gen, std=1.0, mean=0.1),)
 
 

@@ -7,6 +7,7 @@ import torch
 from autokernel_ci.specs._norms import NORM_SHAPE_SETS
 from autokernel_ci.specs._tolerances import ROWWISE
 from autokernel_ci.specs.base import (
+    Inputs,
     KernelSpec,
     Shape,
     StressCase,
@@ -35,7 +36,7 @@ def _with_weight(x: torch.Tensor, dtype, device, gen):
     return (x, affine_weight(x.shape[-1], dtype, device, gen), EPS)
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     return _with_weight(randn(row_dims(shape), dtype, device, gen, std=1.5, mean=0.1), dtype, device, gen)
 
 

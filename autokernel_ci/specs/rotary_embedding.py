@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 
 from autokernel_ci.specs._tolerances import ROWWISE
-from autokernel_ci.specs.base import KernelSpec, Shape, StressCase, Tolerance, elem_size, randn
+from autokernel_ci.specs.base import Inputs, KernelSpec, Shape, StressCase, Tolerance, elem_size, randn
 
 THETA = 10000.0
 
@@ -16,7 +16,8 @@ def reference(x: torch.Tensor, cos: torch.Tensor, sin: torch.Tensor) -> torch.Te
     return torch.cat((x1 * cos - x2 * sin, x2 * cos + x1 * sin), dim=-1)
 
 
-def cos_sin(seq: int, dim: int, dtype, device, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
+def cos_sin(seq: int, dim: int, dtype: torch.dtype, device: torch.device,
+            offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:
     """The model's tables: angle = position * theta^(-2i/D), computed in fp64 then cast."""
     inv_freq = THETA ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=device) / dim)
     angles = torch.outer(torch.arange(offset, offset + seq, dtype=torch.float64, device=device), inv_freq)
@@ -28,7 +29,7 @@ def _inputs(shape: Shape, dtype, device, gen, std: float = 1.0, offset: int = 0)
     return (randn((b, h, s, d), dtype, device, gen, std=std), *cos_sin(s, d, dtype, device, offset))
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     return _inputs(shape, dtype, device, gen)
 
 

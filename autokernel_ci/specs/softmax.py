@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch
 
 from autokernel_ci.specs.base import (
+    Inputs,
     KernelSpec,
     Shape,
     StressCase,
@@ -20,7 +21,7 @@ def reference(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
-def make_inputs(shape: Shape, dtype, device, gen):
+def make_inputs(shape: Shape, dtype: torch.dtype, device: torch.device, gen: torch.Generator) -> Inputs:
     # Attention-score-like logits: std 3 so rows are peaked but not one-hot.
     return (randn(row_dims(shape), dtype, device, gen, std=3.0),)
 
