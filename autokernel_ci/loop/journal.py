@@ -27,6 +27,14 @@ BEST_DIR = "best"
 # Journal statuses (docs/artifacts.md §2). A kept version has status "kept"; the starter of each op
 # is journaled as n=0 with status "kept" and idea "starter".
 STATUSES = ("kept", "reverted", "rejected", "crash", "timeout", "oom", "compile_error", "invalid")
+
+
+def is_experiment(record: dict[str, Any]) -> bool:
+    """An agent's experiment (n >= 1), not the starter baseline each op's journal opens with (n == 0): what
+    summary.json, the optimize table and the publication all count."""
+    return int(record.get("n", 0)) >= 1
+
+
 TSV_COLUMNS = ("n", "time", "op_id", "status", "median_us", "best_us_before", "speedup_vs_eager",
                "speedup_vs_compile", "pct_of_ceiling", "duration_s", "usd", "source_hash", "idea")
 
@@ -131,7 +139,7 @@ class Journal:
     # -- reading ---------------------------------------------------------------------------------
     def experiments(self) -> list[dict[str, Any]]:
         """Records of agent experiments (n >= 1); n = 0 records are the starters' baselines."""
-        return [r for r in self.records if r["n"] >= 1]
+        return [r for r in self.records if is_experiment(r)]
 
     def next_n(self) -> int:
         return max((r["n"] for r in self.records), default=0) + 1

@@ -9,7 +9,7 @@ from __future__ import annotations
 from datetime import datetime, timezone
 from typing import Any
 
-from autokernel_ci.loop.journal import BEST_DIR, KERNELS_DIR
+from autokernel_ci.loop.journal import BEST_DIR, KERNELS_DIR, is_experiment
 from autokernel_ci.plan import Plan, PlanOp
 
 SUMMARY_VERSION = 1
@@ -28,7 +28,7 @@ def op_summary(op: PlanOp, records: list[dict[str, Any]], backend: str) -> dict[
     baseline = next((r for r in mine if r["n"] == 0), None)
     kept = [r for r in mine if r["status"] == "kept"]
     best = kept[-1] if kept else None  # a version is kept only when it beats the previous best
-    experiments = [r for r in mine if r["n"] >= 1]
+    experiments = [r for r in mine if is_experiment(r)]
     starter_us = baseline.get("median_us") if baseline and baseline["status"] == "kept" else None
     eager_us = baseline.get("eager_us") if baseline else None
     compile_us = baseline.get("compile_us") if baseline else None
@@ -88,7 +88,7 @@ def end_to_end_estimate(ops: list[dict[str, Any]]) -> float | None:
 def build_summary(plan: Plan, records: list[dict[str, Any]], settings: dict[str, Any], *, elapsed_s: float,
                   stopped: str | None, finished: bool, backend: str = "triton") -> dict[str, Any]:
     ops = [op_summary(op, records, backend) for op in plan.targets()]
-    experiments = [r for r in records if r["n"] >= 1]
+    experiments = [r for r in records if is_experiment(r)]
     return {
         "version": SUMMARY_VERSION,
         "updated": now_iso(),

@@ -17,6 +17,7 @@ from typing import Any
 
 from autokernel_ci.harness.results import STAGES
 from autokernel_ci.kernelfile import KernelFileError, parse, source_hash
+from autokernel_ci.loop.journal import is_experiment
 
 RUN_DIR_VERSION = 1
 # op ids become file names in the repository: "<kernel_type>-<n>" and nothing that could climb out
@@ -88,14 +89,9 @@ class MergedRun:
 
     @property
     def experiments(self) -> int:
-        return sum(1 for r in self.records if _is_experiment(r))
-
-
-def _is_experiment(rec: dict[str, Any]) -> bool:
-    """Counts as the loop counts (summary.json, the optimize table): experiments are n >= 1; the starter baseline
-    each op's journal opens with (n == 0) is not one. Counting it had the H200 example's PR say 31 experiments and
-    cross entropy 13 (3 kept) where the optimize table of the same run said 28 and 12 (2 kept)."""
-    return int(rec.get("n", 0)) >= 1
+        # counted as the loop counts (journal.is_experiment): counting the starter baselines too had the H200
+        # example's PR say 31 experiments and cross entropy 13 (3 kept) where its optimize table said 28 and 12 (2)
+        return sum(1 for r in self.records if is_experiment(r))
 
 
 def _read_json(path: Path) -> dict[str, Any] | None:
@@ -191,12 +187,12 @@ def merge_run_dirs(run_dirs: list[str | Path]) -> MergedRun:
             tried.setdefault(rec["op_id"], []).append(rec)
         usd = sum(float(r.get("usd") or 0.0) for r in records)
         summary_n = (summary or {}).get("experiments", (summary or {}).get("budget", {}).get("experiments_used"))
+        journal_n = sum(1 for r in records if is_experiment(r))
         shards.append(ShardInfo(
             run_dir=str(run_dir), shard=settings.get("shard"), gpu=gpu, agent=str(settings.get("agent", "?")),
-            experiments=sum(1 for r in records if _is_experiment(r)), usd=usd,
-            # summary.json counts experiments (n >= 1), not the starter baselines (n == 0) the journal also holds
+            experiments=journal_n, usd=usd,
             complete=summary is not None and bool(summary.get("finished", True)) and (
-                summary_n is None or int(summary_n) >= sum(1 for r in records if _is_experiment(r))),
+                summary_n is None or int(summary_n) >= journal_n),
             torn_lines=torn,
         ))
         for rec in records:
@@ -224,11 +220,11 @@ def merge_run_dirs(run_dirs: list[str | Path]) -> MergedRun:
             if rec["op_id"] not in best or _better(cand, best[rec["op_id"]]):
                 best[rec["op_id"]] = cand
     for op_id, k in best.items():
-        mine = [r for r in tried.get(op_id, []) if _is_experiment(r)]
+        mine = [r for r in tried.get(op_id, []) if is_experiment(r)]
         k.experiments = len(mine)
         k.kept = sum(1 for r in mine if r.get("status") == "kept")
     others = [
-        {"op_id": op_id, "experiments": sum(1 for r in recs if _is_experiment(r)),
+        {"op_id": op_id, "experiments": sum(1 for r in recs if is_experiment(r)),
          "last_status": recs[-1].get("status"), "reason": recs[-1].get("reason", "")}
         for op_id, recs in tried.items() if op_id not in best
     ]
