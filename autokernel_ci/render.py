@@ -18,9 +18,15 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[object]]) -> str:
     return "\n".join(lines)
 
 
-def _first_line(text: str, limit: int = 110) -> str:
-    line = text.strip().splitlines()[0] if text.strip() else ""
-    return line if len(line) <= limit else line[: limit - 3] + "..."
+# a reason cut past this many characters in a table row or a progress line; the whole reason is printed below the
+# verdict's tables and kept in the journal
+REASON_WIDTH = 110
+
+
+def clip(text: str, width: int = REASON_WIDTH) -> str:
+    """`text` on one line (a compiler error or traceback has several), cut at `width` with a visible "…"."""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 1] + "…"
 
 
 def render_verdict(v: Verdict, *, hardening: bool = True) -> str:
@@ -28,7 +34,7 @@ def render_verdict(v: Verdict, *, hardening: bool = True) -> str:
     head = (f"{v.kernel}  [{v.kernel_type or '?'}/{v.backend or '?'} {v.source_hash} on {v.device}]  "
             f"{v.status.value.upper()}  ({v.duration_s:.1f} s)")
     rows = [(s.name, _MARK.get(s.status, s.status.value.upper()), s.cases, f"{s.duration_s:.2f}",
-             _first_line(s.reason)) for s in v.stages]
+             clip(s.reason)) for s in v.stages]
     parts = [head, table(("stage", "result", "cases", "s", "reason"), rows)]
     failure = next((f for s in v.stages for f in s.failures), None)
     if failure is not None:
@@ -39,13 +45,13 @@ def render_verdict(v: Verdict, *, hardening: bool = True) -> str:
                 detail.append(f"{name}={value:.3g}" if isinstance(value, float) else f"{name}={value}")
         parts.append("first failure: " + " ".join(detail))
     reason = v.reason.strip()
-    if reason and reason != _first_line(reason):
-        # the tables cut a reason at one line of 110 characters; an input_mutated reason runs to 150 and its
-        # fix ("use a separate output") came after the cut: the whole of it once, under the tables' summary
+    if reason and reason != clip(reason):
+        # the tables cut a reason to one line of REASON_WIDTH; an input_mutated reason runs to 150 characters and
+        # its fix ("use a separate output") came after the cut: the whole of it once, under the tables' summary
         parts.append(reason)
     if hardening and v.hardening:
         parts.append(table(("hardening check", "outcome"),
-                           [(k, _first_line(val, 90)) for k, val in v.hardening.items()]))
+                           [(k, clip(val, 90)) for k, val in v.hardening.items()]))
     return "\n\n".join(parts)
 
 

@@ -10,12 +10,10 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from autokernel_ci.loop.journal import atomic_write
+from autokernel_ci.render import clip
 
 PNG_EVERY_S = 15.0  # redraw progress.png at most this often (~0.3 s per draw with matplotlib)
 IDEA_WIDTH = 48
-# a failure reason past this is cut with "…" locally (the journal and the Actions group keep all of it): the
-# H200 example's edge_cases reason ran to 160 characters and 80 had cut it mid-sentence, with no sign of the cut
-REASON_WIDTH = 110
 
 
 def _fmt_us(value: float | None) -> str:
@@ -26,10 +24,9 @@ def experiment_line(record: dict[str, Any]) -> str:
     """'#0012 rmsnorm-0      kept      BLOCK=2048 ...  35.10us  1.15x  6.2s'"""
     speed = record.get("speedup_vs_starter")
     idea = (record.get("idea") or "")[:IDEA_WIDTH]
-    tail = record.get("reason", "") if record["status"] not in ("kept", "reverted") else ""
-    tail = " ".join(tail.split())  # one line: a reason quoting a compiler error may hold newlines
-    if len(tail) > REASON_WIDTH:
-        tail = tail[:REASON_WIDTH - 1] + "…"
+    # clipped as verify's table clips it (the journal and the Actions group keep all of it): the H200 example's
+    # edge_cases reason ran to 160 characters, and a plain [:80] had cut it mid-sentence with no sign of the cut
+    tail = clip(record.get("reason", "")) if record["status"] not in ("kept", "reverted") else ""
     return (f"#{record['n']:04d} {record['op_id']:<18} {record['status']:<13} {idea:<{IDEA_WIDTH}} "
             f"{_fmt_us(record.get('median_us'))} {f'{speed:.2f}x' if speed else '   --':>7} "
             f"{record.get('duration_s', 0.0):6.1f}s" + (f"  {tail}" if tail else ""))

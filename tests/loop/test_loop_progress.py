@@ -6,7 +6,8 @@ import io
 
 import pytest
 
-from autokernel_ci.loop.progress import REASON_WIDTH, Reporter, experiment_line, plot_progress, summary_markdown
+from autokernel_ci.loop.progress import Reporter, experiment_line, plot_progress, summary_markdown
+from autokernel_ci.render import REASON_WIDTH
 
 RECORD = {"n": 7, "op_id": "rmsnorm-0", "status": "kept", "idea": "BLOCK=2048 (descent)", "median_us": 35.1,
           "speedup_vs_starter": 1.25, "duration_s": 6.2, "reason": "", "stages": {"smoke": "pass"}}
