@@ -205,17 +205,17 @@ class Evaluator:
         try:
             kf = kernelfile.parse(source, Path(label))  # the label (its path) names the file in contract errors
         except kernelfile.KernelFileError as exc:
-            return None, _verdict(label, None, self.device, Status.INVALID, "contract", str(exc), t0, source=source)
+            return None, _verdict(label, source, None, self.device, Status.INVALID, "contract", str(exc), t0)
         if kf.backend == "cuda" and self.device != "cuda":
-            return kf, _verdict(label, kf, self.device, Status.INVALID, "backend",
+            return kf, _verdict(label, source, kf, self.device, Status.INVALID, "backend",
                                 "BACKEND='cuda' needs a GPU: verify it with device='cuda'", t0)
         path = self._write(source)
         try:
             reply = self._request({"op": "load", "path": str(path)}, self.timeout_s)
         except _WorkerLost as lost:
-            return kf, _verdict(label, kf, self.device, lost.status, "load", lost.reason, t0)
+            return kf, _verdict(label, source, kf, self.device, lost.status, "load", lost.reason, t0)
         if not reply.get("ok"):
-            return kf, _verdict(label, kf, self.device, Status(reply["status"]), reply.get("check", "load"),
+            return kf, _verdict(label, source, kf, self.device, Status(reply["status"]), reply.get("check", "load"),
                                 reply.get("reason", ""), t0)
         return kf, None
 
@@ -235,9 +235,10 @@ class Evaluator:
         try:
             reply = self._request(message, timeout_s or self.timeout_s)
         except _WorkerLost as lost:
-            return _verdict(label, kf, self.device, lost.status, lost.status.value, lost.reason, t0)
+            return _verdict(label, source, kf, self.device, lost.status, lost.status.value, lost.reason, t0)
         if "verdict" not in reply:
-            return _verdict(label, kf, self.device, Status.CRASH, "harness", reply.get("error", "no verdict"), t0)
+            return _verdict(label, source, kf, self.device, Status.CRASH, "harness", reply.get("error", "no verdict"),
+                            t0)
         verdict = Verdict.from_dict(reply["verdict"])
         verdict.duration_s = round(time.perf_counter() - t0, 3)
         return verdict
@@ -258,9 +259,9 @@ class Evaluator:
         try:
             reply = self._request(message, self.timeout_s)
         except _WorkerLost as lost:
-            return _verdict(label, kf, self.device, lost.status, f"bench_{lost.status.value}", lost.reason, t0)
+            return _verdict(label, source, kf, self.device, lost.status, f"bench_{lost.status.value}", lost.reason, t0)
         if "bench" not in reply:
-            return _verdict(label, kf, self.device, Status(reply.get("status", "crash")), "bench",
+            return _verdict(label, source, kf, self.device, Status(reply.get("status", "crash")), "bench",
                             reply.get("error", "no benchmark result"), t0)
         return BenchResult.from_dict(reply["bench"])
 
@@ -324,15 +325,15 @@ def _dtype_names(dtypes: Sequence[Any] | None) -> list[str] | None:
     return [str(d).removeprefix("torch.") for d in dtypes]
 
 
-def _verdict(label: str, kf: kernelfile.KernelFile | None, device: str, status: Status, check: str, reason: str,
-             t0: float, *, source: str = "") -> Verdict:
-    """A verdict that stops before the stages. Without a parsed file (a contract error) the hash is still the
-    source's own, so journal lines and reports can tell two broken candidates apart (it was the empty string's)."""
+def _verdict(label: str, source: str, kf: kernelfile.KernelFile | None, device: str, status: Status, check: str,
+             reason: str, t0: float) -> Verdict:
+    """A verdict that stops before the stages. The hash is the source's own even when it does not parse (a contract
+    error had the empty string's hash), so journal lines and reports tell two broken candidates apart."""
     f = CheckFailure(check=check, message=reason)
     stages = [StageResult(STAGES[0], status, reason=f"{check}: {reason}", failures=[f])]
     stages += [StageResult(n, Status.NOT_RUN, reason="not run") for n in STAGES[1:]]
     return Verdict(kernel=label, kernel_type=kf.kernel_type if kf else "", backend=kf.backend if kf else "",
-                   source_hash=kf.source_hash if kf else kernelfile.source_hash(source), device=device, status=status,
+                   source_hash=kernelfile.source_hash(source), device=device, status=status,
                    reason=f"{check}: {reason}", stages=stages,
                    hardening={"tampering": f"fail: {reason}"} if check == "tampering" else {},
                    duration_s=round(time.perf_counter() - t0, 3))
