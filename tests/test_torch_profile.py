@@ -90,6 +90,8 @@ def _kineto_log(script: str, **env: str) -> list[str]:
 
 def test_kinetos_log_stays_off_unless_the_user_sets_its_level():
     """torch 2.13's Kineto logs two lines a profile; ours log none, and a KINETO_LOG_LEVEL of the user's own brings
-    back exactly what torch logs by default."""
+    back what torch logs by default."""
+    if not _kineto_log(BARE):  # else both assertions below would hold with no quieting at all
+        pytest.skip(f"torch {torch.__version__}'s profiler logs no profiler_start / stop lines: nothing to quiet")
     assert _kineto_log(OURS) == []
-    assert bool(_kineto_log(OURS, KINETO_LOG_LEVEL="0")) == bool(_kineto_log(BARE))
+    assert _kineto_log(OURS, KINETO_LOG_LEVEL="0")
