@@ -75,7 +75,7 @@ def bench_main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     print(render_bench(result))
     # bench times whatever the file computes: a kernel that writes its input (tests/harness/exploits/
-    # input_mutation.py) timed 0.24x eager here with exit 0 and nothing said about its results
+    # input_mutation.py) was timed on the CPU with exit 0 and nothing said about its results
     print(f"results not checked: bench only times the kernel; `autokernel-ci verify {args.kernel}` proves it correct "
           "(optimize and run do both)")
     _write_json(args.json, result.to_dict())
