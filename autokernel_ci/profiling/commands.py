@@ -66,8 +66,9 @@ def profile_main(args: argparse.Namespace) -> int:
     print(render_plan(plan))
     tol = TIME_SUM_TOLERANCE.get(plan.device, 0.25)
     if not profile.time_sum_ok():
-        print(f"warning: operator time sums to {profile.coverage:.0%} of the profiled pass's wall time "
-              f"(tolerance +-{tol:.0%}): a model this small is dominated by Python/launch overhead, "
+        print(f"warning: operator time ({profile.profiled_time_us:.1f} us) sums to {profile.coverage:.0%} of the "
+              f"profiled pass's wall time ({profile.profiled_wall_us:.1f} us; tolerance +-{tol:.0%}): "
+              "a model this small is dominated by Python/launch overhead, "
               "so shares are rough; profile a larger size or batch", file=sys.stderr)
     if args.json:
         plan.save(args.json)

@@ -121,6 +121,10 @@ def test_profile_cli_writes_a_plan(tmp_path):
     plan = Plan.load(out)
     assert {o.dtype for o in plan.ops} == {"bf16"}
     assert render_plan(plan).splitlines()[0].startswith("model ")
+    # the time line names both times it compares, so a ratio above 100% (profiler overhead) reads as what it is
+    assert (f"operator time {plan.profiled_time_us:.1f} us under the profiler = "
+            f"{plan.profiled_time_us / plan.model_time_us:.0%} of the {plan.model_time_us:.1f} us forward "
+            "measured without it") in r.stdout
 
 
 def _device_event(name: str, start_us: int, end_us: int, *, device: DeviceType, annotation: bool = False):
