@@ -34,6 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TextIO
 
 from autokernel_ci.config import Config, ConfigError, load_config
+from autokernel_ci.loop.interrupt import LoopInterrupted
 
 if TYPE_CHECKING:  # for annotations only: the functions below import Git where they use it
     from autokernel_ci.publish.git import Git
@@ -130,7 +131,8 @@ class Workflow:
 # -- context -------------------------------------------------------------------------------------
 @dataclass
 class Outcome:
-    operation: str  # created|updated|unchanged|none|skipped|optimized|commented|refused|reviewed|ignored|failed
+    # created|updated|unchanged|none|skipped|optimized|commented|refused|reviewed|ignored|failed|cancelled
+    operation: str
     message: str
     exit_code: int = EXIT_OK
     pr_url: str | None = None
@@ -580,5 +582,9 @@ def action_main(args: argparse.Namespace | None = None, env: Mapping[str, str] |
     except (ActionError, PublishError, GitHubError, GitError, subprocess.SubprocessError) as exc:
         ctx.workflow.error(_one_line(exc))
         outcome = Outcome(operation="failed", message=_one_line(exc), exit_code=EXIT_FAILED)
+    except LoopInterrupted as exc:  # the workflow was cancelled (the runner's SIGINT, then SIGTERM 7.5 s later)
+        message = exc.describe("nothing was published")
+        ctx.workflow.error(message)
+        outcome = Outcome(operation="cancelled", message=message, run_dir=str(exc.run_dir), exit_code=exc.exit_code)
     write_outcome(ctx, outcome)
     return outcome.exit_code

@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_ci.config import Config, ConfigError, load_config
+from autokernel_ci.loop.interrupt import LoopInterrupted
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 _PACKAGE_DIR = Path(__file__).resolve().parent
@@ -192,6 +193,10 @@ def run_main(args: argparse.Namespace) -> int:
     except (ConfigError, PipelineError, ValueError) as exc:
         print(f"autokernel-ci run: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    except LoopInterrupted as exc:  # a stopped run is not published: its user stopped it
+        hint = f"nothing was published; to continue, run the same command again with --resume --run-dir {exc.run_dir}"
+        print(f"autokernel-ci run: {exc.describe(hint)}", file=sys.stderr)
+        return exc.exit_code
     if result.note:
         print(f"autokernel-ci run: {result.note}", file=sys.stderr)
     print("[4/4] publish", file=sys.stderr, flush=True)

@@ -86,6 +86,8 @@
 #   softmax_looped: the Triton softmax's looped kernel with 16 / 32 warps on GPT-2's rows.
 #   final17b: the Triton softmax's looped default (8192 x 16 warps): GPU tests, `verify`, its table rows.
 #   table18: every starter (both backends), baselines in turn three times; the GPU's calibration.
+#   interrupt20: Ctrl-C / SIGTERM of the loop mid-experiment on the GPU (benchmarks/interrupt_gpu.py: stop time, what is
+#          left running, resume); the GEMM and attention rows of the table, ours / eager in turn five times.
 #   cluster18: the CUDA matmul's WG_CLUSTER 2 points against its default, alternating (bf16, fp16).
 #   final18: the CUDA matmul's clustered-from-K-8192 default: table rows (5 in turn), GPU tests, `verify`.
 #   tune18: stages / GROUP_M / L2 promotion around the clustered matmul default; its sustained clock.
@@ -742,6 +744,11 @@ case "${1:-check}" in
       --backends triton --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
     step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
       --backends triton --out "$out/table"
+    ;;
+  interrupt20)  # how the loop stops on a signal with CUDA workers, then the rows that were below eager in table18
+    step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"
+    step 240 rows python3 benchmarks/check_starters_gpu.py --types matmul,flash_attention --backends triton,cuda \
+      --skip-check --no-compile --repeats 5 --out "$out/rows"
     ;;
   table18)  # every starter (both backends) at the LLaMA-7B shapes, ours / eager / torch.compile in turn three times,
     # and the calibration (copy, GEMM) of the GPU it ran on: the table after the CUDA row kernels' rewrite

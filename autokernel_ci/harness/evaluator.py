@@ -72,6 +72,11 @@ class Evaluator:
         self._stop_worker(graceful=True)
         shutil.rmtree(self._dir, ignore_errors=True)
 
+    def abort(self) -> None:
+        """Kill the worker's process group now, mid-candidate or not (a loop stopped by a signal)."""
+        self._stop_worker(graceful=False)
+        shutil.rmtree(self._dir, ignore_errors=True)
+
     def __del__(self) -> None:  # a forgotten Evaluator must not leave a worker behind
         try:
             self._stop_worker(graceful=False)
@@ -100,7 +105,7 @@ class Evaluator:
         workdir.mkdir(parents=True, exist_ok=True)
         self._log = self._dir / f"worker{self.restarts}.log"
         argv = ["-m", "autokernel_ci.harness.worker", "--fd-in", str(to_child_r), "--fd-out", str(from_child_w),
-                "--device", self.device, "--workdir", str(workdir)]
+                "--device", self.device, "--workdir", str(workdir), "--parent-pid", str(os.getpid())]
         t0 = time.perf_counter()
         self._proc = sandbox.spawn(argv, env=self._env(), cwd=workdir, log_path=self._log,
                                    pass_fds=(to_child_r, from_child_w))

@@ -66,6 +66,26 @@ def apply_cpu_limits() -> None:
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
 
 
+PR_SET_PDEATHSIG = 1  # <linux/prctl.h>
+
+
+def die_with_parent(parent_pid: int) -> None:
+    """Called by the worker itself at start: the kernel SIGKILLs it when the process that spawned it dies.
+
+    The worker runs in its own session, out of reach of the signals that stop its parent; without this, a
+    parent killed while a candidate hangs (SIGKILL, or a loop stopped by Ctrl-C whose evaluation process
+    could not clean up) would leave the candidate spinning on the GPU. Linux only; elsewhere a no-op."""
+    if not sys.platform.startswith("linux"):
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) != 0:
+        return  # not fatal: the Evaluator still kills the worker's group on every normal path
+    if os.getppid() != parent_pid:  # the parent died before the prctl: nobody is left to signal it
+        os._exit(0)
+
+
 def spawn(argv: Sequence[str], *, env: Mapping[str, str], cwd: Path, log_path: Path,
           pass_fds: Sequence[int]) -> subprocess.Popen:
     """Start a worker in a new session (its own process group, so a kill takes its children too)."""

@@ -48,9 +48,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--fd-out", type=int, required=True)
     parser.add_argument("--device", default="cpu")
     parser.add_argument("--workdir", required=True)
+    parser.add_argument("--parent-pid", type=int, default=None)
     args = parser.parse_args(argv)
     from autokernel_ci.harness import sandbox
 
+    if args.parent_pid is not None:
+        sandbox.die_with_parent(args.parent_pid)
     if args.device == "cpu":
         sandbox.apply_cpu_limits()
     os.environ["PYTEST_DISABLE_PLUGIN_AUTOLOAD"] = "1"  # only our plugin, whatever the user installed

@@ -18,6 +18,7 @@ from typing import Any
 
 from autokernel_ci.cli import add_loop_arguments as add_loop_arguments
 from autokernel_ci.loop.budget import Budget
+from autokernel_ci.loop.interrupt import RESUME_HINT, LoopInterrupted
 from autokernel_ci.loop.orchestrator import LoopSettings, optimize
 from autokernel_ci.loop.shards import ShardError, parse_shard, split_plan
 from autokernel_ci.plan import Plan, PlanError
@@ -101,6 +102,9 @@ def optimize_main(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         summary = optimize(plan, args.run_dir, settings, resume=args.resume)
+    except LoopInterrupted as exc:
+        print(f"autokernel-ci optimize: {exc.describe(RESUME_HINT)}", file=sys.stderr)
+        return exc.exit_code
     except (FileExistsError, RuntimeError) as exc:
         print(f"autokernel-ci optimize: {exc}", file=sys.stderr)
         return EXIT_USAGE if isinstance(exc, FileExistsError) else EXIT_FAILED

@@ -28,6 +28,7 @@ from autokernel_ci.agents.base import Agent, AgentState, Proposal, config_hash, 
 from autokernel_ci.harness.results import BenchResult, Status, Timing, Verdict
 from autokernel_ci.kernelfile import KernelFile, KernelFileError, parse
 from autokernel_ci.loop.budget import Budget, BudgetUse, stop_reason
+from autokernel_ci.loop.interrupt import LoopInterrupted, StopSignals
 from autokernel_ci.loop.journal import BEST_DIR, JOURNAL, Journal, atomic_write, kept_version_path
 from autokernel_ci.loop.progress import Reporter
 from autokernel_ci.loop.summary import build_summary, now_iso
@@ -412,32 +413,53 @@ class Orchestrator:
         pool = WorkerPool(slots, lock_dir=self.run_dir / "locks", evaluator_ref=self.settings.evaluator,
                           timeout_s=self.settings.timeout_s)
         jobs: dict[int, Job] = {}
+        signals = StopSignals()
         try:
-            pool.start()
-            while True:
-                while pool.free() and self.stop is None:
-                    job = self.next_job({j.op_id for j in jobs.values()})
-                    if job is None:
-                        break
-                    if job.proposal.invalid:
-                        self.commit(job, {})
-                        continue
-                    jobs[id(job)] = job
-                    pool.submit(pool.free()[0], job, job.source, self.eval_kwargs(job))
-                if pool.busy() == 0:
-                    self.stop = self.stop or self.idle_reason()
-                    break
-                for done in pool.wait(timeout=5.0):
-                    jobs.pop(id(done.task), None)
-                    self.commit(done.task, done.payload)
+            with signals:
+                self._drive(pool, jobs, signals)
         finally:
-            pool.close()
+            pool.close(abort=signals.received is not None)
             for agent in self._agents.values():
                 agent.close()
-        summary = self.write_summary(finished=True)
+        # finished: False for an interrupted run, so publish's merge calls that shard incomplete
+        summary = self.write_summary(finished=signals.received is None)
         self.reporter.plot(self.journal.records, force=True)
         self.reporter.finish(summary)
+        if signals.received is not None:
+            raise LoopInterrupted(signals.received, summary, self.run_dir)
         return summary
+
+    def _drive(self, pool: WorkerPool, jobs: dict[int, Job], signals: StopSignals) -> None:
+        """Submit and commit experiments until a bound, an idle agent or a signal stops the loop."""
+        try:
+            pool.start()
+        except RuntimeError:
+            if signals.received is None:
+                raise
+        while True:
+            if signals.received is not None:
+                # The experiments in flight are dropped, not journaled: a half-run candidate has no verdict,
+                # and --resume proposes again from the last committed experiment.
+                self.stop = (f"interrupted by {signals.received} with {len(jobs)} experiment(s) in flight "
+                             f"(dropped); continue with --resume")
+                return
+            while pool.free() and self.stop is None and signals.received is None:
+                job = self.next_job({j.op_id for j in jobs.values()})
+                if job is None:
+                    break
+                if job.proposal.invalid:
+                    self.commit(job, {})
+                    continue
+                jobs[id(job)] = job
+                pool.submit(pool.free()[0], job, job.source, self.eval_kwargs(job))
+            if pool.busy() == 0:
+                self.stop = self.stop or self.idle_reason()
+                return
+            for done in pool.wait(timeout=5.0, wake=signals):
+                if signals.received is not None:
+                    break
+                jobs.pop(id(done.task), None)
+                self.commit(done.task, done.payload)
 
 
 def optimize(plan: Plan, run_dir: str | Path, settings: LoopSettings, *, resume: bool = False,

@@ -15,6 +15,7 @@ import logging
 import multiprocessing as mp
 import os
 import re
+import signal
 import time
 import traceback
 from collections.abc import Iterator
@@ -22,11 +23,16 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from multiprocessing.connection import Connection, wait
 from pathlib import Path
+from types import FrameType
 from typing import Any
 
 log = logging.getLogger(__name__)
 
 ENV_LOCK_DIR = "AUTOKERNEL_LOCK_DIR"
+# A SIGTERM'd worker usually cleans up (kills its candidate, removes its temp dir) in ~0.1 s; under load on 2
+# cores one was seen still in its select() 10 s later (Python runs handlers in the main thread only, once
+# its blocking call returns). After this grace, SIGKILL; its candidate dies with it (die_with_parent).
+ABORT_GRACE_S = 2.0
 # Candidate code never sees these; the harness scrubs its children too, this is the second wall.
 SECRET_ENV = re.compile(r"(API_KEY|_TOKEN|_SECRET|ACCESS_KEY|PASSWORD)$")
 
@@ -92,7 +98,18 @@ def import_ref(ref: str) -> Any:
                            "(docs/internal-api.md)") from exc
 
 
+def _ignore_sigint(signum: int, frame: FrameType | None) -> None:
+    """The parent decides what a Ctrl-C stops (a terminal sends it to the whole group). A handler, not
+    SIG_IGN: an ignored SIGINT would be inherited through exec by the harness's children."""
+
+
+def _exit_on_sigterm(signum: int, frame: FrameType | None) -> None:
+    raise SystemExit(128 + signum)  # unwinds through the finally below, which kills the harness's worker
+
+
 def _worker_main(conn: Connection, slot: Slot, lock_dir: str, evaluator_ref: str, timeout_s: float) -> None:
+    signal.signal(signal.SIGINT, _ignore_sigint)
+    signal.signal(signal.SIGTERM, _exit_on_sigterm)
     for key in [k for k in os.environ if SECRET_ENV.search(k)]:
         del os.environ[key]
     try:
@@ -101,6 +118,19 @@ def _worker_main(conn: Connection, slot: Slot, lock_dir: str, evaluator_ref: str
         conn.send(("fatal", None, f"{type(exc).__name__}: {exc}"))
         return
     conn.send(("ready", None, None))
+    try:
+        _serve(conn, slot, lock_dir, evaluator)
+    except BaseException:
+        # The harness runs candidates in their own session, out of reach of the parent's signals: a worker
+        # ended mid-experiment (SIGTERM from an interrupted loop) must kill that session, or a hung kernel
+        # would keep the GPU after the run is gone.
+        abort = getattr(evaluator, "abort", None)
+        if abort is not None:
+            abort()
+        raise
+
+
+def _serve(conn: Connection, slot: Slot, lock_dir: str, evaluator: Any) -> None:
     while True:
         try:
             message = conn.recv()
@@ -184,11 +214,13 @@ class WorkerPool:
         worker.task, worker.started = task, time.time()
         worker.conn.send((id(task), source, kwargs))
 
-    def wait(self, timeout: float | None = None) -> list[Done]:
+    def wait(self, timeout: float | None = None, *, wake: Any = None) -> list[Done]:
+        """Finished tasks, after at most `timeout` s; `wake` (anything with a fileno) readable returns early."""
         busy = [w for w in self.workers if w.task is not None]
         if not busy:
             return []
-        ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy], timeout)
+        extra = [wake] if wake is not None and wake.fileno() >= 0 else []
+        ready = wait([w.conn for w in busy] + [w.process.sentinel for w in busy] + extra, timeout)
         finished: list[Done] = []
         for worker in busy:
             if worker.conn in ready:
@@ -216,14 +248,20 @@ class WorkerPool:
         return {"error": f"evaluation worker died (exit code {code}); it was replaced",
                 "window": [worker.started, time.time()], "slot": worker.slot.label, "died": True}
 
-    def close(self) -> None:
+    def close(self, *, abort: bool = False) -> None:
+        """Stop the workers. abort: a busy worker gets SIGTERM at once (its experiment is dropped) instead
+        of finishing it, and SIGKILL after ABORT_GRACE_S, so an interrupted loop exits inside GitHub's 7.5 s
+        before SIGTERM. Its candidate process dies with it (sandbox.die_with_parent)."""
         for worker in self.workers:
+            if abort and worker.task is not None and worker.process.is_alive():
+                worker.process.terminate()
+                continue
             try:
                 worker.conn.send(None)
             except (OSError, BrokenPipeError):
                 pass
         for worker in self.workers:
-            worker.process.join(timeout=10)
+            worker.process.join(timeout=ABORT_GRACE_S if abort else 10)
             if worker.process.is_alive():
                 worker.process.kill()
                 worker.process.join()
