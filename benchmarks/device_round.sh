@@ -86,6 +86,9 @@
 #   softmax_looped: the Triton softmax's looped kernel with 16 / 32 warps on GPT-2's rows.
 #   final17b: the Triton softmax's looped default (8192 x 16 warps): GPU tests, `verify`, its table rows.
 #   table18: every starter (both backends), baselines in turn three times; the GPU's calibration.
+#   fp32mm21: the Triton matmul's fp32 tiles (benchmarks/variants/matmul_fp32.json) checked + timed; interrupt_gpu.py.
+#   search21a / search21b / search21c: the search agent's table at the current starters: bf16 on the memory-bound
+#          types after the interrupt check (a), fp32 on all nine (b), bf16 on the GEMM-bound three at 1.5 min (c).
 #   interrupt20: Ctrl-C / SIGTERM of the loop mid-experiment on the GPU (benchmarks/interrupt_gpu.py: stop time, what is
 #          left running, resume); the GEMM and attention rows of the table, ours / eager in turn five times.
 #   cluster18: the CUDA matmul's WG_CLUSTER 2 points against its default, alternating (bf16, fp16).
@@ -744,6 +747,24 @@ case "${1:-check}" in
       --backends triton --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
     step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
       --backends triton --out "$out/table"
+    ;;
+  fp32mm21)  # the Triton matmul's fp32 (tf32x3, pointer kernel) tiles checked on three sets and timed, then the loop
+    # stopped by a signal on CUDA
+    step 330 variants_fp32 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
+      --variants benchmarks/variants/matmul_fp32.json --sets llama7b,odd,edge --out "$out/mm_fp32"
+    step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"
+    ;;
+  search21a)  # the loop stopped by a signal on CUDA, then the search agent (bf16, LLaMA-7B) on the memory-bound types
+    step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"
+    step 380 search_bf16 python3 benchmarks/search_agent_gpu.py --minutes 0.75 \
+      --types rmsnorm,layernorm,softmax,reduce,cross_entropy,rotary_embedding --out "$out/search_bf16"
+    ;;
+  search21b)  # the search agent at fp32 on the LLaMA-7B shapes, every type (the issue's third dtype)
+    step 570 search_fp32 python3 benchmarks/search_agent_gpu.py --dtype fp32 --minutes 0.75 --out "$out/search_fp32"
+    ;;
+  search21c)  # the search agent (bf16, LLaMA-7B) on the GEMM-bound types, with room for experiments after baselines
+    step 400 search_bf16_mm python3 benchmarks/search_agent_gpu.py --minutes 1.5 \
+      --types matmul,flash_attention,fused_mlp --out "$out/search_bf16_mm"
     ;;
   interrupt20)  # how the loop stops on a signal with CUDA workers, then the rows that were below eager in table18
     step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"

@@ -47,7 +47,7 @@ KERNEL_TYPE = "matmul"
 BACKEND = "triton"
 CONFIG = {"VARIANT": "gluon", "BLOCK_M": 128, "BLOCK_N": 256, "BLOCK_K": 64, "GROUP_M": 16,
           "num_stages": 3, "num_warps": 8, "FP32_DOT": "tf32x3", "FLATTEN": False, "TMA_STORE": True,
-          "GL_BLOCK_N": 256, "GL_STAGES": 3}
+          "GL_BLOCK_N": 256, "GL_STAGES": 3, "F32_BLOCK_N": 256, "F32_BLOCK_K": 64, "F32_STAGES": 3}
 SEARCH_SPACE = {
     "VARIANT": ["tiled", "persistent", "tma", "tma_persistent", "gluon"],
     "BLOCK_M": [64, 128, 256],
@@ -61,6 +61,9 @@ SEARCH_SPACE = {
     "TMA_STORE": [True, False],  # tma*: c through a descriptor (staged in smem) or plain masked stores
     "GL_BLOCK_N": [128, 256],  # gluon: the tile width (one m64n(GL_BLOCK_N)k16 wgmma a warpgroup and k step)
     "GL_STAGES": [2, 3, 4, 5],  # gluon: the TMA ring's depth (cut to what fits next to the c tile)
+    "F32_BLOCK_N": [64, 128, 256],  # fp32 inputs: the pointer kernel's tile width, k step and stages in place of
+    "F32_BLOCK_K": [32, 64],  # BLOCK_N / BLOCK_K / num_stages (tf32x3 holds each slice twice more in registers,
+    "F32_STAGES": [2, 3, 4],  # so the 16-bit tile is not its best)
 }
 # The Gluon kernel's tile is its own pair of knobs: "gluon" falls back to "tma" (fp32, not sm_90, rows a descriptor
 # cannot address), which keeps BLOCK_N / num_stages.
@@ -416,6 +419,8 @@ def _launch(a, b, c, cfg):
         if _gluon_launch(a, b, c, cfg, n_sms, smem, b_nk):
             return
         variant = "tma"
+    if a.dtype == torch.float32:
+        cfg = {**cfg, "BLOCK_N": cfg["F32_BLOCK_N"], "BLOCK_K": cfg["F32_BLOCK_K"], "num_stages": cfg["F32_STAGES"]}
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     bk, stages = _pipeline(cfg, a.dtype, a.element_size(), smem)
     args = (a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride())
