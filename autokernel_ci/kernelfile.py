@@ -27,6 +27,10 @@ class KernelFileError(ValueError):
     """The file breaks the kernel-file contract; the message names the rule, the value and the fix."""
 
 
+# KNOB_SCOPE's pseudo-knob for the dtypes of the call a knob acts at, and the dtype names it takes (the plan's).
+SCOPE_DTYPE = "dtype"
+SCOPE_DTYPES = ("bf16", "fp16", "fp32")
+
 @dataclass(frozen=True)
 class KernelFile:
     source: str
@@ -39,6 +43,7 @@ class KernelFile:
     extra: dict[str, Any] = field(default_factory=dict)
     # KNOB_SCOPE (optional): knob -> {other knob: [values]}; the knob acts only while every other knob named holds
     # one of its values (PINGPONG only with VARIANT "gluon_ws"). Elsewhere its value builds the same kernel.
+    # The pseudo-knob "dtype" names the dtypes a knob acts at (FP32_DOT only for fp32 inputs).
     knob_scope: dict[str, dict[str, list[Any]]] = field(default_factory=dict)
 
     @property
@@ -48,12 +53,15 @@ class KernelFile:
     def with_config(self, config: Mapping[str, Any]) -> KernelFile:
         return parse(replace_config(self.source, config), self.path)
 
-    def canonical(self, config: Mapping[str, Any]) -> dict[str, Any]:
+    def canonical(self, config: Mapping[str, Any], dtype: str | None = None) -> dict[str, Any]:
         """`config` with every knob that has no effect there (KNOB_SCOPE) set to its first SEARCH_SPACE value, so
-        configs that build the same kernel read the same (and hash the same once written)."""
+        configs that build the same kernel read the same (and hash the same once written). A knob idle at `dtype`
+        keeps this file's own value instead: a run tuning bf16 then leaves the file's fp32 setting as it was."""
         out = dict(config)
         for knob, scope in self.knob_scope.items():
-            if any(config.get(other) not in values for other, values in scope.items()):
+            if dtype is not None and dtype not in scope.get(SCOPE_DTYPE, [dtype]):
+                out[knob] = self.config.get(knob, self.search_space[knob][0])
+            elif any(config.get(other) not in values for other, values in scope.items() if other != SCOPE_DTYPE):
                 out[knob] = self.search_space[knob][0]
         return out
 
@@ -185,7 +193,8 @@ def parse(source: str, path: Path | None = None) -> KernelFile:
 
 
 def _check_knob_scope(scope: Any, space: dict[str, list[Any]], where: str) -> None:
-    fix = 'write KNOB_SCOPE = {"KNOB": {"OTHER_KNOB": [values where KNOB acts]}} with SEARCH_SPACE names and values'
+    fix = ('write KNOB_SCOPE = {"KNOB": {"OTHER_KNOB": [values where KNOB acts]}} with SEARCH_SPACE names and values, '
+           f'or {{"KNOB": {{"{SCOPE_DTYPE}": [dtypes from {list(SCOPE_DTYPES)}]}}}}')
     if not isinstance(scope, dict):
         raise KernelFileError(f"{where}: KNOB_SCOPE must be a dict, got {scope!r}: {fix}")
     for knob, conditions in scope.items():
@@ -194,6 +203,11 @@ def _check_knob_scope(scope: Any, space: dict[str, list[Any]], where: str) -> No
         if not isinstance(conditions, dict) or not conditions:
             raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}] must be a non-empty dict, got {conditions!r}: {fix}")
         for other, values in conditions.items():
+            if other == SCOPE_DTYPE:
+                if not isinstance(values, list) or not values or any(v not in SCOPE_DTYPES for v in values):
+                    raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}][{SCOPE_DTYPE!r}] = {values!r} must be a "
+                                          f"non-empty list of dtypes from {list(SCOPE_DTYPES)}: {fix}")
+                continue
             if other == knob or other not in space:
                 raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}] depends on {other!r}, which is not another "
                                       f"SEARCH_SPACE knob: {fix}")

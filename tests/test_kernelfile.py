@@ -169,7 +169,21 @@ def test_knob_scope_makes_inactive_knobs_canonical():
     assert kernelfile.parse(GOOD).knob_scope == {}  # optional
 
 
+def test_a_dtype_scoped_knob_keeps_the_files_value_at_other_dtypes():
+    kf = kernelfile.parse(SCOPED.replace('KNOB_SCOPE = {"num_warps": {"BLOCK": [1024]}}',
+                                         'KNOB_SCOPE = {"num_warps": {"dtype": ["fp32"], "BLOCK": [1024]}}'))
+    moved = {"BLOCK": 1024, "num_warps": 8}
+    assert kf.canonical(moved, "bf16") == {"BLOCK": 1024, "num_warps": 4}  # the file's 4, idle at bf16
+    assert kf.canonical(moved, "fp32") == moved
+    assert kf.canonical(moved) == moved  # no dtype given: only the knob conditions count
+    assert kf.canonical({"BLOCK": 512, "num_warps": 8}, "fp32") == {"BLOCK": 512, "num_warps": 4}
+    eight = kf.with_config({"BLOCK": 1024, "num_warps": 8})
+    assert eight.canonical({"BLOCK": 1024, "num_warps": 4}, "bf16")["num_warps"] == 8  # that file's own value
+
+
 @pytest.mark.parametrize(("scope", "message"), [
+    ('{"num_warps": {"dtype": ["fp64"]}}', r"\['dtype'\] = \['fp64'\] must be a non-empty list of dtypes"),
+    ('{"num_warps": {"dtype": "fp32"}}', "must be a non-empty list of dtypes from"),
     ('["num_warps"]', "KNOB_SCOPE must be a dict"),
     ('{"stages": {"BLOCK": [1024]}}', "names 'stages', which SEARCH_SPACE does not"),
     ('{"num_warps": {}}', "must be a non-empty dict"),

@@ -77,10 +77,12 @@ class SearchAgent(Agent):
                     if 0 <= here + step < len(options):
                         yield {**config, key: options[here + step]}
 
-    def _candidate(self, kernel: KernelFile, config: dict[str, Any], measured: set[str]) -> KernelFile | None:
-        """The file at `config` with its inactive knobs canonical (KNOB_SCOPE), unless that kernel was measured."""
+    def _candidate(self, kernel: KernelFile, config: dict[str, Any], measured: set[str],
+                   dtype: str | None = None) -> KernelFile | None:
+        """The file at `config` with its knobs inactive there or at `dtype` canonical (KNOB_SCOPE), unless that
+        kernel was measured."""
         try:
-            cand = kernel.with_config(kernel.canonical(config))
+            cand = kernel.with_config(kernel.canonical(config, dtype))
         except KernelFileError:
             return None
         return None if cand.source_hash in measured else cand
@@ -103,13 +105,13 @@ class SearchAgent(Agent):
             points = list(kernel.config_points())
             rng.shuffle(points)
             for cfg in points:
-                cand = self._candidate(kernel, cfg, measured)
+                cand = self._candidate(kernel, cfg, measured, state.dtype)
                 if cand is not None:
                     return cand, cfg
             return None
         for _ in range(SAMPLE_TRIES):
             cfg = {**kernel.config, **{k: rng.choice(v) for k, v in kernel.search_space.items()}}
-            cand = self._candidate(kernel, cfg, measured)
+            cand = self._candidate(kernel, cfg, measured, state.dtype)
             if cand is not None:
                 return cand, cfg
         return None
@@ -120,15 +122,15 @@ class SearchAgent(Agent):
         if not kernel.search_space:
             return None
         # The best as measured, and in canonical form: a move of a knob that has no effect there builds it again.
-        canonical_best = kernel.with_config(kernel.canonical(kernel.config))
+        canonical_best = kernel.with_config(kernel.canonical(kernel.config, state.dtype))
         measured = set(state.measured) | {kernel.source_hash, canonical_best.source_hash}
         for cfg in self.neighbours(kernel, kernel.config):
-            cand = self._candidate(kernel, cfg, measured)
+            cand = self._candidate(kernel, cfg, measured, state.dtype)
             if cand is not None:
                 return self._proposal(cand, kernel, "descent")
         for base in self._beam_bases(state):
             for cfg in self.neighbours(kernel, base):
-                cand = self._candidate(kernel, cfg, measured)
+                cand = self._candidate(kernel, cfg, measured, state.dtype)
                 if cand is not None:
                     return self._proposal(cand, kernel, "beam")
         found = self._restart(state, measured)

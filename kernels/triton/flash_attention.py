@@ -59,7 +59,8 @@ SEARCH_SPACE = {
 }
 # Knobs that act only under some values of others (the search agent then skips moves that rebuild one kernel).
 # num_warps, MAXNREG and BLOCK_M are not scoped to the tl.dot variants: gluon_ws falls back to the tma kernel.
-KNOB_SCOPE = {"PINGPONG": {"VARIANT": ["gluon_ws"]}, "PERSISTENT": {"VARIANT": ["gluon_ws"]}}
+KNOB_SCOPE = {"PINGPONG": {"VARIANT": ["gluon_ws"]}, "PERSISTENT": {"VARIANT": ["gluon_ws"]},
+              "FP32_DOT": {"dtype": ["fp32"]}}
 
 # PINGPONG (gluon_ws only) makes the two consumer warpgroups take turns issuing their wgmma (FA3's inter-warpgroup
 # schedule, through two mbarriers): 516-521 / 897 / 505-510 us against 512-514 / 869-911 / 509 us without

@@ -58,7 +58,8 @@ SEARCH_SPACE = {
 # The Gluon kernel's tile width and ring depth are its own knobs: the tl kernels the "gluon" variant falls back to
 # (fp32, non-sm_90) keep BLOCK_N / num_stages, where 128 wide x 4 stages is slower (fp32 tf32x3 at
 # 4096x4096->11008 on the H200: 20,403-20,424 us against 15,319-15,447 us at 64 wide x 3 stages, round final9).
-KNOB_SCOPE = {"GL_BLOCK_N": {"VARIANT": ["gluon"]}, "GL_STAGES": {"VARIANT": ["gluon"]}}
+KNOB_SCOPE = {"GL_BLOCK_N": {"VARIANT": ["gluon"]}, "GL_STAGES": {"VARIANT": ["gluon"]},
+              "FP32_DOT": {"dtype": ["fp32"]}}
 
 # FP32_DOT is the tl.dot precision for fp32 inputs only; plain tf32 is not offered (see matmul.py:
 # ~5e-4 relative input rounding shows as absolute error beyond the spec's atol near zero outputs).

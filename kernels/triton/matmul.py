@@ -67,7 +67,9 @@ SEARCH_SPACE = {
 }
 # The Gluon kernel's tile is its own pair of knobs: "gluon" falls back to "tma" (fp32, not sm_90, rows a descriptor
 # cannot address), which keeps BLOCK_N / num_stages.
-KNOB_SCOPE = {"GL_BLOCK_N": {"VARIANT": ["gluon"]}, "GL_STAGES": {"VARIANT": ["gluon"]}}
+KNOB_SCOPE = {"GL_BLOCK_N": {"VARIANT": ["gluon"]}, "GL_STAGES": {"VARIANT": ["gluon"]},
+              "FP32_DOT": {"dtype": ["fp32"]}, "F32_BLOCK_N": {"dtype": ["fp32"]}, "F32_BLOCK_K": {"dtype": ["fp32"]},
+              "F32_STAGES": {"dtype": ["fp32"]}}
 
 # FP32_DOT is the tl.dot precision for fp32 inputs only (bf16/fp16 always use their tensor cores).
 # Plain tf32 is not offered: it rounds inputs to 10 mantissa bits; on the spec's large_magnitude

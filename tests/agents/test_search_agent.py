@@ -24,19 +24,19 @@ def kernel_fn(x):
 '''
 
 
-def _state(kernel, history=(), measured=(), seed=0, op_id="op-0") -> AgentState:
-    return AgentState(op_id=op_id, kernel_type=kernel.kernel_type, dtype="bf16", shapes=[], best=kernel,
+def _state(kernel, history=(), measured=(), seed=0, op_id="op-0", dtype="bf16") -> AgentState:
+    return AgentState(op_id=op_id, kernel_type=kernel.kernel_type, dtype=dtype, shapes=[], best=kernel,
                       n=len(history) + 1, seed=seed, history=list(history),
                       measured=set(measured) | {config_hash(kernel)})
 
 
-def _drive(kernel, steps: int, seed: int = 0, speed=None):
+def _drive(kernel, steps: int, seed: int = 0, speed=None, dtype: str = "bf16"):
     """Run the agent against a pretend clock: `speed(config)` gives the time, lower is kept as best."""
     agent = SearchAgent(seed=seed)
     history, measured, seen = [], set(), []
     best, best_t = kernel, speed(kernel.config) if speed else 1.0
     for n in range(1, steps + 1):
-        proposal = agent.propose(_state(best, history, measured, seed))
+        proposal = agent.propose(_state(best, history, measured, seed, dtype=dtype))
         if proposal is None:
             break
         cand = parse(proposal.source)
@@ -128,3 +128,26 @@ def test_moves_of_an_inactive_knob_are_not_measured():
     assert len(canonical) == 3 * 2 + 2 * 3  # VARIANT c: 3 BLOCK x 2 num_warps; a and b: 3 BLOCK each
     assert len(seen) == len(set(seen)) == len(canonical) - 1  # every distinct kernel but the starter's, once
     assert set(seen) <= canonical  # each proposal written in canonical form
+
+
+@pytest.mark.parametrize(("dtype", "distinct", "tiles"),
+                         [("bf16", 3 * 3 * 2, {128}), ("fp32", 3 * 3 * 2 * 2, {64, 128})])
+def test_a_knob_idle_at_the_runs_dtype_is_never_moved(dtype: str, distinct: int, tiles: set[int]):
+    """KNOB_SCOPE's "dtype": F32_TILE acts only at fp32. A bf16 run measures each bf16 kernel once and leaves the
+    file's fp32 setting (128, not the space's first value) on every proposal; an fp32 run moves it too."""
+    scope = 'KNOB_SCOPE = {"F32_TILE": {"dtype": ["fp32"]}}\n'
+    source = SMALL.replace('CONFIG = {"VARIANT": "a", "BLOCK": 64, "num_warps": 4}',
+                           'CONFIG = {"VARIANT": "a", "BLOCK": 64, "num_warps": 4, "F32_TILE": 128}')
+    kernel = parse(source.replace('"num_warps": [4, 8]}\n', '"num_warps": [4, 8], "F32_TILE": [64, 128]}\n' + scope))
+    agent, history, measured, configs = SearchAgent(), [], set(), []
+    for n in range(1, 100):
+        proposal = agent.propose(_state(kernel, history, measured, dtype=dtype))
+        if proposal is None:
+            break
+        cand = parse(proposal.source)
+        configs.append(cand.config)
+        history.append({"n": n, "status": "reverted", "median_us": 1.0 + n, "config": cand.config,
+                        "family": family_hash(cand), "source_hash": cand.source_hash})
+        measured |= {cand.source_hash, config_hash(cand)}
+    assert len(configs) == len({tuple(sorted(c.items())) for c in configs}) == distinct - 1  # each kernel once
+    assert {c["F32_TILE"] for c in configs} == tiles
