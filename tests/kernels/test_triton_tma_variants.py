@@ -89,15 +89,16 @@ def test_matmul_gluon_spec_sets_on_hopper() -> None:
     assert launch_counts("matmul", {"VARIANT": "gluon"}, cases, torch.float32) == {"_matmul_tiled": 4}
 
 
-@pytest.mark.parametrize("f32", [(64, 32, 2), (256, 64, 3)], ids=["64x32", "256x64"])
-def test_matmul_fp32_tile_knobs_set_the_pointer_kernels_tile(f32: tuple[int, int, int]) -> None:
+@pytest.mark.parametrize("f32", [(64, 64, 32, 2), (256, 256, 64, 3)], ids=["64x64x32", "256x256x64"])
+def test_matmul_fp32_tile_knobs_set_the_pointer_kernels_tile(f32: tuple[int, int, int, int]) -> None:
     """fp32 runs the pointer kernel on the F32_* tile; 16-bit calls that fall back to it (the odd widths) keep
-    BLOCK_N / BLOCK_K whatever the F32_* knobs say."""
-    config = {"VARIANT": "tiled", "BLOCK_N": 128, "BLOCK_K": 16,
-              "F32_BLOCK_N": f32[0], "F32_BLOCK_K": f32[1], "F32_STAGES": f32[2]}
-    for dtype, tile in ((torch.float32, f32[:2]), (torch.bfloat16, (128, 16))):
+    BLOCK_M / BLOCK_N / BLOCK_K whatever the F32_* knobs say."""
+    config = {"VARIANT": "tiled", "BLOCK_M": 128, "BLOCK_N": 128, "BLOCK_K": 16,
+              "F32_BLOCK_M": f32[0], "F32_BLOCK_N": f32[1], "F32_BLOCK_K": f32[2], "F32_STAGES": f32[3]}
+    for dtype, tile in ((torch.float32, f32[:3]), (torch.bfloat16, (128, 128, 16))):
         launches = _run_with_spy("matmul", config, ("_matmul_tiled",), _spec_cases("matmul", dtype, "cpu"), dtype)
-        assert launches and {(launch["BLOCK_N"], launch["BLOCK_K"]) for launch in launches} == {tile}, dtype
+        tiles = {(launch["BLOCK_M"], launch["BLOCK_N"], launch["BLOCK_K"]) for launch in launches}
+        assert launches and tiles == {tile}, dtype
 
 
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
