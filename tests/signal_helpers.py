@@ -1,5 +1,5 @@
-"""Shared by the tests that signal a real run: how long a runner waits, and collecting what a signalled
-process said without letting a stuck one outlive the test."""
+"""Shared by the tests that signal or kill a real run: how long a runner waits, collecting what a signalled
+process said without letting a stuck one outlive the test, and the process tree read from /proc."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import os
 import signal
 import subprocess
 import time
+from pathlib import Path
 
 # GitHub's runner sends SIGINT, then SIGTERM 7.5 s later; a run must be gone inside that gap.
 RUNNER_GRACE_S = 7.5
@@ -22,3 +23,37 @@ def collect_after_signal(proc: subprocess.Popen, what: str, timeout_s: float = 6
         os.killpg(proc.pid, signal.SIGKILL)
         raise AssertionError(f"{what} did not stop within {timeout_s:.0f} s of the signal") from None
     return out or "", err or "", time.time() - t0
+
+
+def _stat_fields(pid: int | str) -> list[str]:
+    """/proc/PID/stat after the command name: [state, parent pid, ...]; OSError once the process is gone."""
+    return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+
+
+def children(pid: int) -> dict[int, str]:
+    """{child pid: command line} of pid's direct children, whatever session they moved to."""
+    found = {}
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and int(_stat_fields(entry.name)[1]) == pid:
+                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
+        except OSError:
+            continue
+    return found
+
+
+def descendants(pid: int) -> set[int]:
+    """Every process below pid, whatever session it moved to."""
+    found: set[int] = set()
+    frontier = {pid}
+    while frontier:
+        frontier = {child for parent in frontier for child in children(parent)} - found
+        found |= frontier
+    return found
+
+
+def alive(pid: int) -> bool:
+    try:
+        return _stat_fields(pid)[0] != "Z"  # a zombie has exited; only its parent's reaping is left
+    except OSError:
+        return False

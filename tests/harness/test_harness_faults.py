@@ -8,10 +8,10 @@ import signal
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
 from harness_testlib import EXPLOITS, FIXTURES, source
+from signal_helpers import alive, children
 
 from autokernel_ci import kernelfile
 from autokernel_ci.harness import Evaluator
@@ -70,25 +70,6 @@ def test_secrets_hidden_and_hang_times_out(monkeypatch):
         assert ev.restarts == 1
 
 
-def _children(pid: int) -> dict[int, str]:
-    """{child pid: command line} of pid's direct children, whatever session they moved to."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1]) == pid:
-                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
-        except OSError:
-            continue
-    return found
-
-
-def _running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
-
-
 @pytest.mark.skipif(not sys.platform.startswith("linux"), reason="PR_SET_PDEATHSIG is Linux's")
 @pytest.mark.timeout(120)
 def test_a_hung_candidate_dies_with_the_process_that_ran_it(tmp_path):
@@ -105,17 +86,17 @@ def test_a_hung_candidate_dies_with_the_process_that_ran_it(tmp_path):
         workers: list[int] = []
         while not workers and time.time() < deadline and parent.poll() is None:
             time.sleep(0.2)
-            workers = [p for p, cmd in _children(parent.pid).items() if "autokernel_ci.harness.worker" in cmd]
+            workers = [p for p, cmd in children(parent.pid).items() if "autokernel_ci.harness.worker" in cmd]
         assert workers, "the harness worker never started"
         time.sleep(8.0)  # started, loaded the candidate, spinning in its kernel_fn
-        assert _running(workers[0])
+        assert alive(workers[0])
     finally:
         parent.kill()
         parent.wait()
     deadline = time.time() + 5
-    while _running(workers[0]) and time.time() < deadline:
+    while alive(workers[0]) and time.time() < deadline:
         time.sleep(0.1)
-    alive = _running(workers[0])
-    if alive:
+    survived = alive(workers[0])
+    if survived:
         os.kill(workers[0], signal.SIGKILL)
-    assert not alive, "the candidate's worker outlived its parent"
+    assert not survived, "the candidate's worker outlived its parent"

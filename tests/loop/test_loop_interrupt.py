@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 from llm_server import ScriptedLLM, Step
 from loop_helpers import read_journal
-from signal_helpers import RUNNER_GRACE_S, collect_after_signal
+from signal_helpers import RUNNER_GRACE_S, alive, collect_after_signal, descendants
 
 from autokernel_ci.kernelfile import load
 from autokernel_ci.loop.interrupt import LoopInterrupted, StopSignals
@@ -80,32 +80,6 @@ def _cli(plan: Path, run: Path, server: ScriptedLLM, *extra: str, max_experiment
                             start_new_session=True)
 
 
-def _descendants(pid: int) -> set[int]:
-    """Every process below pid (by parent id), whatever session it moved to."""
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                stat = (entry / "stat").read_text()
-            except OSError:
-                continue
-            parents[int(entry.name)] = int(stat.rsplit(")", 1)[1].split()[1])
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {child for child, parent in parents.items() if parent in frontier} - found
-        found |= frontier
-    return found
-
-
-def _alive(pid: int) -> bool:
-    try:
-        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
-    except OSError:
-        return False
-    return state != "Z"  # a zombie has exited; only its parent's reaping is left
-
-
 def _signal_while_hung(proc: subprocess.Popen, server: ScriptedLLM, sig: signal.Signals, *, group: bool) -> set[int]:
     """Wait until the hanging candidate was handed out and is running, then signal; returns the processes
     below the CLI just before (the loop's worker and the harness's candidate process among them)."""
@@ -113,7 +87,7 @@ def _signal_while_hung(proc: subprocess.Popen, server: ScriptedLLM, sig: signal.
     while time.time() < deadline:
         if server.received:
             time.sleep(4.0)  # the reply parsed, the candidate loaded and spinning in kernel_fn
-            below = _descendants(proc.pid)
+            below = descendants(proc.pid)
             if group:
                 os.killpg(proc.pid, sig)  # a terminal's Ctrl-C reaches the whole foreground group
             else:
@@ -142,9 +116,9 @@ def test_signal_stops_a_hung_experiment_and_resume_goes_on(tmp_path, plan_file, 
         below = _signal_while_hung(proc, server, sig, group=group)
         out, err, stop_s = collect_after_signal(proc, "the loop")
         deadline = time.time() + 10
-        while any(_alive(p) for p in below) and time.time() < deadline:
+        while any(alive(p) for p in below) and time.time() < deadline:
             time.sleep(0.1)
-        left = [p for p in below if _alive(p)]
+        left = [p for p in below if alive(p)]
         for pid in left:  # clean up before failing: a spinning process would slow the rest of the suite
             os.kill(pid, signal.SIGKILL)
         assert proc.returncode == code, err[-3000:]
