@@ -21,31 +21,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "tests"))  # the /proc process-tree walk the interrupt tests use
+from signal_helpers import alive, descendants  # noqa: E402
+
 MODEL = f'{REPO}/examples/models/llama.py:build_model(size="tiny")'
 INPUTS = f'{REPO}/examples/models/llama.py:example_inputs(size="tiny")'
-
-
-def descendants(pid: int) -> set[int]:
-    parents: dict[int, int] = {}
-    for entry in Path("/proc").iterdir():
-        if entry.name.isdigit():
-            try:
-                parents[int(entry.name)] = int((entry / "stat").read_text().rsplit(")", 1)[1].split()[1])
-            except OSError:
-                continue
-    found: set[int] = set()
-    frontier = {pid}
-    while frontier:
-        frontier = {c for c, p in parents.items() if p in frontier} - found
-        found |= frontier
-    return found
-
-
-def running(pid: int) -> bool:
-    try:
-        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def gpu_compute_pids() -> list[str]:
@@ -90,7 +70,7 @@ def one_round(plan: Path, run: Path, device: str, sig: signal.Signals, after: in
                             capture_output=True, text=True, timeout=600, check=False)
     resumed = [json.loads(line) for line in (run / "journal.jsonl").read_text().splitlines()]
     return {"signal": sig.name, "exit_code": proc.returncode, "stop_s": round(stop_s, 3),
-            "processes_below_before": len(below), "left_running": sorted(p for p in below if running(p)),
+            "processes_below_before": len(below), "left_running": sorted(p for p in below if alive(p)),
             "gpu_compute_pids_before": gpu_before, "gpu_compute_pids_after": gpu_compute_pids(),
             "journal_records": len(records), "crash_records": sum(r["status"] == "crash" for r in records),
             "stopped": summary["stopped"], "finished": summary["finished"],
