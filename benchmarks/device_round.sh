@@ -87,8 +87,8 @@
 #   final17b: the Triton softmax's looped default (8192 x 16 warps): GPU tests, `verify`, its table rows.
 #   table18: every starter (both backends), baselines in turn three times; the GPU's calibration.
 #   fp32mm21: the Triton matmul's fp32 tiles (benchmarks/variants/matmul_fp32.json) checked + timed; interrupt_gpu.py.
-#   final22: the Triton matmul's GPU tests and `verify` at its fp32 default tile, its fp32 and bf16 table rows (ours /
-#          eager / compile in turn three times), the loop stopped by a signal on CUDA.
+#   final22: the Triton matmul's GPU tests and `verify` at its fp32 default tile, its fp32 table rows (ours / eager /
+#          compile in turn three times), the loop stopped by a signal on CUDA.
 #   search21a / search21b / search21c: the search agent's table at the current starters: bf16 on the memory-bound
 #          types after the interrupt check (a), fp32 on all nine (b), bf16 on the GEMM-bound three at 1.5 min (c).
 #   interrupt20: Ctrl-C / SIGTERM of the loop mid-experiment on the GPU (benchmarks/interrupt_gpu.py: stop time, what is
@@ -757,13 +757,11 @@ case "${1:-check}" in
     step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"
     ;;
   final22)  # the fp32 default tile of the Triton matmul (256x64x32, 3 stages) as committed: its GPU tests, `verify` at
-    # every dtype, the matmul rows of the table at fp32 and bf16, then the loop stopped by a signal on CUDA
+    # every dtype, the matmul rows of the table at fp32, then the loop stopped by a signal on CUDA
     kernel_checks triton_matmul kernels/triton/matmul.py matmul tests/kernels/test_triton_tma_variants.py \
       tests/kernels/test_triton_starters.py
-    for dt in fp32 bf16; do
-      step 150 "table_$dt" python3 benchmarks/check_starters_gpu.py --skip-check --types matmul --backends triton \
-        --dtype "$dt" --repeats 3 --out "$out/table_$dt"
-    done
+    step 150 table_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --types matmul --backends triton \
+      --dtype fp32 --repeats 3 --out "$out/table_fp32"
     step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"
     ;;
   search21a)  # the loop stopped by a signal on CUDA, then the search agent (bf16, LLaMA-7B) on the memory-bound types
