@@ -117,6 +117,9 @@ def add_loop_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
                    help="comma-separated shape sets for the shape sweep (default: the harness's for the device)")
     p.add_argument("--timeout", type=_number(float, "--timeout", 0, "300", exclusive=True), default=300.0,
                    metavar="S", help="seconds one evaluation may take (default 300)")
+    p.add_argument("--verify-every", action="store_true",
+                   help="verify every search-agent candidate before timing it (default: time it first and verify "
+                   "only one faster than the best; nothing unverified is ever kept)")
     p.add_argument("--quiet", action="store_true", help="no per-experiment lines (the summary table is still printed)")
 
 

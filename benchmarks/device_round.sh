@@ -89,6 +89,8 @@
 #   fp32mm21: the Triton matmul's fp32 tiles (benchmarks/variants/matmul_fp32.json) checked + timed; interrupt_gpu.py.
 #   final22: the Triton matmul's GPU tests and `verify` at its fp32 default tile, its fp32 table rows (ours / eager /
 #          compile in turn three times), the loop stopped by a signal on CUDA.
+#   screen22: `verify` of the Triton matmul at fp32; the search agent on matmul / attention with candidates timed first
+#          (the loop's default), then on the matmul verifying every candidate first (--verify-every).
 #   search21a / search21b / search21c: the search agent's table at the current starters: bf16 on the memory-bound
 #          types after the interrupt check (a), fp32 on all nine (b), bf16 on the GEMM-bound three at 1.5 min (c).
 #   interrupt20: Ctrl-C / SIGTERM of the loop mid-experiment on the GPU (benchmarks/interrupt_gpu.py: stop time, what is
@@ -763,6 +765,15 @@ case "${1:-check}" in
     step 150 table_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --types matmul --backends triton \
       --dtype fp32 --repeats 3 --out "$out/table_fp32"
     step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"
+    ;;
+  screen22)  # what timing candidates first buys the GEMM-bound types at 0.75 min (bf16, LLaMA-7B): experiments run
+    # with the screen, then with every candidate verified first; `verify` of the fp32 matmul default first
+    step 90 verify_matmul_fp32 python3 -m autokernel_ci verify kernels/triton/matmul.py --device cuda --dtypes fp32 \
+      --json "$out/verify_matmul_fp32.json"
+    step 200 search_screen python3 benchmarks/search_agent_gpu.py --minutes 0.75 --types matmul,flash_attention \
+      --out "$out/search_screen"
+    step 110 search_verify_every python3 benchmarks/search_agent_gpu.py --minutes 0.75 --types matmul --verify-every \
+      --out "$out/search_verify_every"
     ;;
   search21a)  # the loop stopped by a signal on CUDA, then the search agent (bf16, LLaMA-7B) on the memory-bound types
     step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"

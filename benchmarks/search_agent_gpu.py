@@ -10,6 +10,7 @@ experiments per hour. Writes search_agent.json and search_agent.md (and one run 
     python benchmarks/search_agent_gpu.py --types rmsnorm,softmax --minutes 1 --out /tmp/search
     python benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 2 --out /tmp/search_gpt2
     python benchmarks/search_agent_gpu.py --verify-shapes gpt2,odd --minutes 1 --out /tmp/search_fast
+    python benchmarks/search_agent_gpu.py --types matmul --verify-every --minutes 1.5 --out /tmp/search_verify_first
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ from autokernel_ci.plan import Plan, PlanOp  # noqa: E402
 from autokernel_ci.specs import KERNEL_TYPES, get_spec  # noqa: E402
 
 COLUMNS = ("type", "shapes", "eager_us", "compile_us", "starter_us", "best_us", "pct_of_ceiling", "vs_starter",
-           "vs_eager", "vs_compile", "experiments", "kept", "exp_per_hour", "stopped")
+           "vs_eager", "vs_compile", "experiments", "verified", "kept", "exp_per_hour", "stopped")
 
 
 def one_op_plan(kind: str, dtype: str, shape_set: str = "llama7b") -> Plan:
@@ -44,7 +45,15 @@ def one_op_plan(kind: str, dtype: str, shape_set: str = "llama7b") -> Plan:
     return Plan(model="benchmarks/search_agent_gpu.py", dtype=dtype, device="cuda", ops=[op])
 
 
-def row(kind: str, summary: dict[str, Any]) -> dict[str, Any]:
+def verified_experiments(run: Path) -> int:
+    """Experiments whose stages ran: the loop times a search candidate first and verifies only one faster than the
+    best (--verify-every verifies all)."""
+    path = run / "journal.jsonl"
+    records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
+    return sum(1 for r in records if r.get("n", 0) >= 1 and set((r.get("stages") or {}).values()) - {"not_run"})
+
+
+def row(kind: str, summary: dict[str, Any], run: Path) -> dict[str, Any]:
     op = summary["ops"].get(f"{kind}-0", {})
     hours = summary["elapsed_s"] / 3600.0
     return {"type": kind, "shapes": ", ".join(get_spec(kind).describe_shape(s) for s in op.get("shapes", [])),
@@ -52,6 +61,7 @@ def row(kind: str, summary: dict[str, Any]) -> dict[str, Any]:
             "best_us": op.get("best_us"), "pct_of_ceiling": op.get("pct_of_ceiling"),
             "vs_starter": op.get("speedup_vs_starter"), "vs_eager": op.get("speedup_vs_eager"),
             "vs_compile": op.get("speedup_vs_compile"), "experiments": op.get("experiments", 0),
+            "verified": verified_experiments(run),
             "kept": op.get("kept", 0), "exp_per_hour": round(summary["experiments"] / hours, 1) if hours else None,
             "stopped": summary.get("stopped"), "status": op.get("status"), "idea": op.get("idea")}
 
@@ -89,6 +99,9 @@ def main(argv: list[str] | None = None) -> int:
                     help="shape sets each candidate is verified on (comma list; default: all on the GPU). Fewer sets "
                          "make an experiment cheaper (every shape of every set is run and checked) but a kept kernel "
                          "is then proven on those sets only: say so next to the table")
+    ap.add_argument("--verify-every", action="store_true",
+                    help="verify every candidate before timing it (the loop's default times first and verifies "
+                         "only one faster than the best)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     out = Path(args.out)
@@ -105,6 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         shutil.rmtree(run, ignore_errors=True)
         verify_sets = tuple(s for s in args.verify_shapes.split(",") if s) if args.verify_shapes else None
         settings = LoopSettings(device="cuda", seed=args.seed, workers=1, verify_shape_sets=verify_sets,
+                                screen=not args.verify_every,
                                 budget=Budget(minutes=args.minutes, experiments=args.max_experiments))
         t0 = time.time()
         try:
@@ -113,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{kind}: loop failed: {type(exc).__name__}: {exc}", file=sys.stderr)
             rows.append({**{c: None for c in COLUMNS}, "type": kind, "stopped": f"error: {exc}"})
             continue
-        r = row(kind, summary)
+        r = row(kind, summary, run)
         rows.append(r)
         print(f"{kind}: {r['experiments']} experiments in {time.time() - t0:.0f} s, best {r['best_us']} us "
               f"({r['vs_starter']}x starter, {r['vs_compile']}x compile, {r['pct_of_ceiling']}% of ceiling)",

@@ -58,10 +58,12 @@ def test_help_of_every_command_imports_no_torch_or_litellm():
 
 
 NEW_FLAGS = {
-    "optimize": ["--workers", "--seed", "--patience", "--verify-shapes", "--timeout", "--quiet", "--max-usd",
+    "optimize": ["--workers", "--seed", "--patience", "--verify-shapes", "--timeout", "--quiet", "--verify-every",
+                 "--max-usd",
                  "--llm-model", "--resume", "--budget-minutes", "--max-experiments", "--agent"],
     "run": ["--github", "--local", "--top", "--max-usd", "--llm-model", "--resume", "--repo", "--workers", "--seed",
-            "--patience", "--verify-shapes", "--timeout", "--quiet", "--run-dir", "--config", "--example"],
+            "--patience", "--verify-shapes", "--timeout", "--quiet", "--verify-every", "--run-dir", "--config",
+            "--example"],
     "publish": ["--config", "--json", "--repo", "--local", "--github"],
     "verify": ["--dtypes", "--shapes", "--seed", "--timeout"],
     "bench": ["--dtypes", "--no-compile"],
@@ -152,10 +154,11 @@ def test_optimize_flags_reach_the_loop_settings(tmp_path, monkeypatch):
         main(["optimize", "--plan", str(_plan(tmp_path)), "--run-dir", str(tmp_path / "run"), "--device", "cpu",
               "--budget-minutes", "7", "--max-experiments", "3", "--max-usd", "2.5", "--workers", "2", "--seed", "11",
               "--patience", "4", "--verify-shapes", "cpu, edge", "--timeout", "90", "--quiet", "--resume",
-              "--shard", "1/1"])
+              "--shard", "1/1", "--verify-every"])
     s = seen["settings"]
     assert (s.budget.minutes, s.budget.experiments, s.budget.usd) == (7.0, 3, 2.5)
     assert (s.workers, s.seed, s.patience, s.timeout_s, s.quiet) == (2, 11, 4, 90.0, True)
+    assert s.screen is False  # --verify-every: every candidate verified before it is timed
     assert s.verify_shape_sets == ("cpu", "edge") and s.device == "cpu" and s.shard == "1/1"
     assert seen["resume"] is True and seen["ops"] == ["rmsnorm-0"]
 
@@ -199,6 +202,7 @@ def test_run_flags_reach_the_pipeline_and_the_loop(tmp_path, monkeypatch):
     assert (s.budget.minutes, s.budget.experiments, s.budget.usd) == (4.0, 5, 1.5)
     assert (s.workers, s.seed, s.patience, s.timeout_s, s.verify_shape_sets, s.quiet) == (3, 5, 2, 60.0, ("cpu",),
                                                                                            True)
+    assert s.screen is True  # without --verify-every, search candidates are timed first
     assert loop_pkg.LoopSettings is original  # the hand-over is undone after the run
 
 

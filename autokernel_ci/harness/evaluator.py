@@ -12,15 +12,16 @@ import os
 import shutil
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
 from autokernel_ci import kernelfile
 from autokernel_ci.harness import sandbox
+from autokernel_ci.harness.decide import Decision
 from autokernel_ci.harness.devices import default_device
 from autokernel_ci.harness.protocol import PROGRESS_FILE, Channel, ChannelClosed, ChannelTimeout
-from autokernel_ci.harness.results import STAGES, BenchResult, CheckFailure, StageResult, Status, Verdict
+from autokernel_ci.harness.results import STAGES, BenchResult, CheckFailure, StageResult, Status, Timing, Verdict
 
 # torch + triton import and CUDA init: ~3-8 s warm, a minute on a cold file cache.
 STARTUP_TIMEOUT_S = 300.0
@@ -273,12 +274,20 @@ class Evaluator:
     def evaluate(self, source: str, *, verify_shape_sets: Sequence[str] | None = None,
                  extra_shapes: Sequence[dict] = (), bench_shapes: Sequence[dict] | None = None,
                  dtype: Any = None, baselines: bool = True, seed: int | None = None,
-                 label: str = "<source>") -> tuple[Verdict, BenchResult | None]:
+                 label: str = "<source>",
+                 screen: Callable[[Timing], Decision] | None = None) -> tuple[Verdict, BenchResult | None]:
         """Verify, then (only if it passed) benchmark. `dtype` restricts both to the model's dtype;
-        `baselines=False` times the candidate alone (eager/compile already known to the caller)."""
+        `baselines=False` times the candidate alone (eager/compile already known to the caller).
+
+        `screen` (decide() against the best so far, e.g. `functools.partial(decide, best=timing)`) turns the
+        order round for a candidate that only matters if it is faster: benchmark first, verify only one the
+        screen keeps. A slower one comes back as Status.UNVERIFIED with its timings and no stage run; nothing
+        unverified is ever kept, and a benchmark that caught cheating still rejects it (Status.FAIL)."""
         dtypes = [dtype] if dtype is not None else None
-        verdict = self.verify_source(source, shape_sets=verify_shape_sets, extra_shapes=extra_shapes, seed=seed,
-                                     dtypes=dtypes, label=label)
+        verify = dict(shape_sets=verify_shape_sets, extra_shapes=extra_shapes, seed=seed, dtypes=dtypes, label=label)
+        if screen is not None:
+            return self._screened(source, screen, verify, bench_shapes=bench_shapes, baselines=baselines)
+        verdict = self.verify_source(source, **verify)
         if not verdict.passed:
             return verdict, None
         t0 = time.perf_counter()
@@ -290,6 +299,35 @@ class Evaluator:
         fold_bench_checks(verdict, result)
         verdict.duration_s = round(verdict.duration_s + time.perf_counter() - t0, 3)
         return verdict, result
+
+    def _screened(self, source: str, screen: Callable[[Timing], Decision], verify: dict[str, Any], *,
+                  bench_shapes: Sequence[dict] | None, baselines: bool) -> tuple[Verdict, BenchResult | None]:
+        """evaluate() with the benchmark first. Most search experiments are slower than the best, and a GEMM's
+        verify at every shape set takes most of an experiment (39-46 s of one on an H100, the benchmark a few)."""
+        t0 = time.perf_counter()
+        label = verify["label"]
+        result = self.bench_source(source, shapes=bench_shapes, dtypes=verify["dtypes"], compile_baseline=baselines,
+                                   eager_baseline=baselines, label=label)
+        if isinstance(result, Verdict):  # invalid, crashed or hung before any check ran
+            return result, None
+        cheated = next(((check, state) for check, state in result.checks.items() if state.startswith("fail")), None)
+        if cheated is not None:  # below the physical floor, tampering: rejected as it would be after a verify
+            reason = f"bench: {cheated[0]}: {cheated[1].removeprefix('fail: ')}"
+            verdict = _unverified(label, source, self.device, Status.FAIL, reason, t0)
+            fold_bench_checks(verdict, result)
+            return verdict, None
+        if result.rows:
+            decision = screen(result.total())
+            if not decision.keep:
+                reason = f"not verified: {decision.reason} (only a candidate faster than the best is verified)"
+                verdict = _unverified(label, source, self.device, Status.UNVERIFIED, reason, t0)
+                fold_bench_checks(verdict, result)
+                return verdict, result
+        verdict = self.verify_source(source, **verify)
+        if verdict.passed:
+            fold_bench_checks(verdict, result)
+        verdict.duration_s = round(time.perf_counter() - t0, 3)
+        return verdict, (result if verdict.passed else None)
 
 
 def fold_bench_checks(verdict: Verdict, result: BenchResult) -> None:
@@ -341,6 +379,15 @@ def _verdict(label: str, source: str, kf: kernelfile.KernelFile | None, device: 
                    source_hash=kernelfile.source_hash(source), device=device, status=status,
                    reason=f"{check}: {reason}", stages=stages,
                    hardening={"tampering": f"fail: {reason}"} if check == "tampering" else {},
+                   duration_s=round(time.perf_counter() - t0, 3))
+
+
+def _unverified(label: str, source: str, device: str, status: Status, reason: str, t0: float) -> Verdict:
+    """The verdict of a screened candidate that never reached the stages (its file parsed: it was benchmarked)."""
+    kf = kernelfile.parse(source)
+    return Verdict(kernel=label, kernel_type=kf.kernel_type, backend=kf.backend, source_hash=kf.source_hash,
+                   device=device, status=status, reason=reason,
+                   stages=[StageResult(n, Status.NOT_RUN, reason="not run: benchmarked first") for n in STAGES],
                    duration_s=round(time.perf_counter() - t0, 3))
 
 

@@ -17,6 +17,7 @@ class Status(str, Enum):
     COMPILE_ERROR = "compile_error"
     INVALID = "invalid"  # breaks the kernel-file contract or the static policy; never ran
     NOT_RUN = "not_run"  # an earlier stage failed
+    UNVERIFIED = "unverified"  # benchmarked first and no faster than the best, so never verified (the loop's screen)
 
     def __str__(self) -> str:
         return self.value
@@ -121,6 +122,12 @@ class BenchResult:
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))
+
+    def total(self) -> Timing:
+        """The candidate over all rows: times add up (an op runs at every one of its shapes), so does the spread."""
+        cand = [r.candidate for r in self.rows]
+        return Timing(sum(t.median_us for t in cand), sum(t.p20_us for t in cand), sum(t.p80_us for t in cand),
+                      min((t.samples for t in cand), default=0))
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> BenchResult:

@@ -26,7 +26,7 @@ from autokernel_ci.plan import Plan, PlanError
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # the add_loop_arguments options -> LoopSettings fields
 LOOP_OPTIONS = {"workers": "workers", "seed": "seed", "patience": "patience", "timeout": "timeout_s",
-                "verify_shapes": "verify_shape_sets", "quiet": "quiet"}
+                "verify_shapes": "verify_shape_sets", "verify_every": "screen", "quiet": "quiet"}
 
 
 def _default_device() -> str:
@@ -49,6 +49,8 @@ def loop_options(args: argparse.Namespace) -> dict[str, Any]:
             raise ValueError(f"--workers {value}: give at least 1")
         if name == "verify_shapes":
             value = tuple(s.strip() for s in value.split(",") if s.strip()) or None
+        if name == "verify_every":
+            value = not value  # --verify-every turns the screen off
         out[field_name] = value
     return out
 

@@ -15,6 +15,7 @@ Several workers (one per GPU) run experiments on different ops at once.
 
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import shutil
@@ -41,6 +42,7 @@ log = logging.getLogger(__name__)
 SETTINGS_VERSION = 1
 # Headroom assumed when the floor is unknown (CPU runs, unknown GPU): half the op's time can go.
 DEFAULT_HEADROOM = 0.5
+SCREENED_AGENT = "search"  # whose candidates LoopSettings.screen benchmarks before verifying
 STATUS_OF = {Status.FAIL: "rejected", Status.CRASH: "crash", Status.TIMEOUT: "timeout", Status.OOM: "oom",
              Status.COMPILE_ERROR: "compile_error", Status.INVALID: "invalid", Status.NOT_RUN: "rejected"}
 
@@ -63,6 +65,10 @@ class LoopSettings:
     verify_shape_sets: tuple[str, ...] | None = None  # None: the harness default for the device
     evaluator: str = "autokernel_ci.harness:Evaluator"
     decide: str = "autokernel_ci.harness:decide"
+    # Benchmark a search-agent candidate first and verify it only if decide() would keep it: a slower point is
+    # reverted unverified (nothing unverified is ever kept). LLM candidates are always verified: their reply
+    # to a failed stage is the next attempt.
+    screen: bool = True
     quiet: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -107,11 +113,10 @@ def _timing(record: dict[str, Any]) -> Timing | None:
 def measure(bench: BenchResult) -> dict[str, Any]:
     """One op's numbers from a BenchResult over its shapes: times add up (the op runs at every shape)."""
     rows = bench.rows
-    cand = [r.candidate for r in rows]
+    total_timing = bench.total()
     out: dict[str, Any] = {
-        "median_us": sum(t.median_us for t in cand), "p20_us": sum(t.p20_us for t in cand),
-        "p80_us": sum(t.p80_us for t in cand), "samples": min((t.samples for t in cand), default=0),
-        "metric": rows[0].metric if rows else None,
+        "median_us": total_timing.median_us, "p20_us": total_timing.p20_us, "p80_us": total_timing.p80_us,
+        "samples": total_timing.samples, "metric": rows[0].metric if rows else None,
     }
     total = out["median_us"]
     # aggregate throughput = total work / total time = sum(value_i * t_i) / sum(t_i)
@@ -286,16 +291,24 @@ class Orchestrator:
 
     # -- running it ----------------------------------------------------------------------------------
     def eval_kwargs(self, job: Job) -> dict[str, Any]:
-        op = self.ops[job.op_id].op
-        return {"verify_shape_sets": self.settings.verify_shape_sets, "extra_shapes": tuple(op.shapes),
-                "bench_shapes": list(op.shapes), "dtype": op.dtype, "baselines": job.baseline}
+        state = self.ops[job.op_id]
+        kwargs: dict[str, Any] = {"verify_shape_sets": self.settings.verify_shape_sets,
+                                  "extra_shapes": tuple(state.op.shapes), "bench_shapes": list(state.op.shapes),
+                                  "dtype": state.op.dtype, "baselines": job.baseline}
+        if (self.settings.screen and not job.baseline and job.proposal.agent == SCREENED_AGENT
+                and state.best_timing is not None):
+            kwargs["screen"] = functools.partial(self._decide_fn(), best=state.best_timing)
+        return kwargs
+
+    def _decide_fn(self) -> Any:
+        if self._decide is None:
+            self._decide = import_ref(self.settings.decide)
+        return self._decide
 
     def _decide_keep(self, state: OpState, timing: Timing) -> tuple[bool, dict[str, Any]]:
         if state.best_timing is None:
             return True, {}
-        if self._decide is None:
-            self._decide = import_ref(self.settings.decide)
-        decision = self._decide(timing, state.best_timing)
+        decision = self._decide_fn()(timing, state.best_timing)
         return bool(decision.keep), {"speedup_vs_best": round(decision.speedup, 4), "noise": decision.noise,
                                      "decision": decision.reason}
 
@@ -329,7 +342,7 @@ class Orchestrator:
             bench = BenchResult.from_dict(payload["bench"]) if payload.get("bench") else None
             record["stages"] = {s.name: str(s.status) for s in verdict.stages}
             record["reason"] = verdict.reason
-            if verdict.status is Status.PASS and bench is not None and bench.rows:
+            if verdict.status in (Status.PASS, Status.UNVERIFIED) and bench is not None and bench.rows:
                 numbers = measure(bench)
                 if job.baseline:
                     record["eager_us"], record["compile_us"] = numbers["eager_us"], numbers["compile_us"]
@@ -341,7 +354,7 @@ class Orchestrator:
                     record["status"], record["reason"] = "crash", f"decide() failed: {type(exc).__name__}: {exc}"
                 else:
                     record.update(extra)
-                    record["status"] = "kept" if keep else "reverted"
+                    record["status"] = "kept" if keep and verdict.passed else "reverted"
             elif verdict.status is Status.PASS:
                 record["status"], record["reason"] = "crash", "verified but the benchmark returned no timings"
             else:

@@ -27,3 +27,17 @@ def make_plan(ops=DEFAULT_OPS, dtype: str = "fp32") -> Plan:
 
 def read_journal(run_dir: Path) -> list[dict]:
     return [json.loads(line) for line in (run_dir / "journal.jsonl").read_text().splitlines() if line.strip()]
+
+
+def never_better(candidate, best):
+    """A LoopSettings.decide that keeps nothing (so every screened candidate stays unverified)."""
+    from autokernel_ci.harness import Decision
+
+    return Decision(False, best.median_us / candidate.median_us, 0.0, "slower: the test's decide keeps nothing")
+
+
+def always_better(candidate, best):
+    """A LoopSettings.decide that keeps everything (so every screened candidate is verified)."""
+    from autokernel_ci.harness import Decision
+
+    return Decision(True, best.median_us / candidate.median_us, 0.0, "faster: the test's decide keeps everything")

@@ -93,3 +93,25 @@ def test_a_starter_that_fails_marks_the_op_failed(tmp_path, monkeypatch):
     op = summary["ops"]["rmsnorm-0"]
     assert op["status"] == "failed" and op["best_us"] is None and op["reason"]
     assert summary["experiments"] == 0 and "no op has a starter" in summary["stopped"]
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize(("decide_ref", "screen", "status", "stages"), [
+    pytest.param("loop_helpers:never_better", True, "reverted", {"not_run"}, id="screened-out-unverified"),
+    pytest.param("loop_helpers:never_better", False, "reverted", {"pass"}, id="verify-every"),
+    pytest.param("loop_helpers:always_better", True, "kept", {"pass"}, id="screened-in-verified"),
+])
+def test_search_candidates_are_timed_first_and_verified_only_if_kept(tmp_path, decide_ref, screen, status, stages):
+    run = tmp_path / "run"
+    summary = optimize(make_plan(DEFAULT_ONE), run,
+                       _settings(budget=Budget(experiments=3), decide=decide_ref, screen=screen))
+    baseline, *experiments = read_journal(run)
+    assert set(baseline["stages"].values()) == {"pass"}  # a starter is always verified
+    assert len(experiments) == 3 and summary["experiments"] == 3
+    for r in experiments:
+        assert r["agent"] == "search" and r["status"] == status, r["reason"]
+        assert set(r["stages"].values()) == stages and r["median_us"] > 0
+        assert r["reason"].startswith("not verified: slower") == (stages == {"not_run"}), r["reason"]
+        assert kept_version_path(run, r["op_id"], r["n"], r["source_hash"]).exists() == (status == "kept")
+    best = summary["ops"]["rmsnorm-0"]
+    assert set(best["stages"].values()) == {"pass"}  # what a run reports as best was verified, screened or not

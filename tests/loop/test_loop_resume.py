@@ -22,7 +22,9 @@ def _cli(plan: Path, run: Path, *extra: str) -> subprocess.Popen:
     # autokernel-ci optimize's handler, with the loop options cli.py may not declare yet (--verify-shapes)
     cmd = [sys.executable, "-m", "autokernel_ci.loop.commands", "--plan", str(plan), "--run-dir", str(run),
            "--device", "cpu", "--verify-shapes", "cpu", "--max-experiments", str(MAX_EXPERIMENTS),
-           "--budget-minutes", "30", *extra]
+           "--budget-minutes", "30",
+           # every candidate verified: a timed-only experiment takes ~0.1 s on CPU, over before a kill could land in it
+           "--verify-every", *extra]
     env = {**os.environ, "TRITON_INTERPRET": "1"}
     return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env,
                             start_new_session=True)  # its own process group: workers die with it
