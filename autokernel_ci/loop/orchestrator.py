@@ -187,10 +187,8 @@ class Orchestrator:
         self.use = BudgetUse(elapsed_s=max((r.get("elapsed_s", 0.0) for r in self.journal.records), default=0.0))
         for record in self.journal.records:
             state = self.ops.get(record["op_id"])
-            if record["n"] >= 1:
+            if record["n"] >= 1:  # baselines neither count nor predict an experiment (BudgetUse.predict_next_s)
                 self.use.record(record.get("duration_s", 0.0), record.get("usd", 0.0))
-            else:  # baselines do not count as experiments but do predict how long one takes
-                self.use.durations.append(record.get("duration_s", 0.0))
             if state is None:
                 continue
             self._apply(state, record)
@@ -381,8 +379,6 @@ class Orchestrator:
         self._apply(state, record)
         if n >= 1:
             self.use.record(record["duration_s"], record["usd"])
-        else:
-            self.use.durations.append(record["duration_s"])
         if record["status"] == "kept":
             atomic_write(self.run_dir / BEST_DIR / f"{job.op_id}.py", job.source)
         self.reporter.experiment(record)

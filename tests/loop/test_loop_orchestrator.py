@@ -115,3 +115,18 @@ def test_search_candidates_are_timed_first_and_verified_only_if_kept(tmp_path, d
         assert kept_version_path(run, r["op_id"], r["n"], r["source_hash"]).exists() == (status == "kept")
     best = summary["ops"]["rmsnorm-0"]
     assert set(best["stages"].values()) == {"pass"}  # what a run reports as best was verified, screened or not
+
+
+@pytest.mark.timeout(300)
+def test_a_slow_baseline_does_not_keep_the_first_experiment_from_starting(tmp_path):
+    # A baseline times eager and torch.compile and compiles cold (~30 s for the H100's matmul) where a screened
+    # experiment took 0.7-2.3 s: predicting from it left a 0.75 min budget no experiment at all.
+    run = tmp_path / "run"
+    optimize(make_plan(DEFAULT_ONE), run, _settings(budget=Budget(minutes=None, experiments=0)))
+    journal = run / "journal.jsonl"
+    (baseline,) = read_journal(run)
+    baseline["duration_s"] = 10_000.0  # far beyond the whole budget below
+    journal.write_text(json.dumps(baseline) + "\n")
+    summary = optimize(make_plan(DEFAULT_ONE), run, _settings(budget=Budget(minutes=1, experiments=2)), resume=True)
+    assert summary["experiments"] == 2, summary["stopped"]
+    assert [r["n"] for r in read_journal(run)] == [0, 1, 2]
