@@ -10,7 +10,8 @@ import functools
 import json
 
 import pytest
-from harness_testlib import FIXTURES, source
+from harness_testlib import EXPLOITS, FIXTURES, source
+from test_harness_exploits import REJECTED
 
 from autokernel_ci.harness import decide
 from autokernel_ci.harness.results import STAGES, Status, Timing, Verdict
@@ -69,3 +70,12 @@ def test_a_benchmark_that_caught_tampering_rejects_without_the_screen(evaluator,
     # the worker that ran it was replaced: the next honest candidate passes on a clean checker
     verdict, _ = evaluator.evaluate(HONEST, dtype="float32", baselines=False, screen=_screen(BEATEN_BY_ALL))
     assert verdict.passed, verdict.reason
+
+
+@pytest.mark.timeout(300)
+@pytest.mark.parametrize("name", sorted(REJECTED))
+def test_every_exploit_that_the_screen_lets_through_is_still_rejected(evaluator, name):
+    # timed first and faster than the best: then the five stages must catch it exactly as without the screen
+    verdict, result = evaluator.evaluate(source(EXPLOITS / name), dtype="float32", baselines=False,
+                                         screen=_screen(BEATEN_BY_ALL), label=name)
+    assert verdict.status is Status.FAIL and result is None, verdict.reason
