@@ -12,6 +12,8 @@ import importlib
 import sys
 from collections.abc import Callable, Sequence
 
+from autokernel_ci.plan import DTYPE_NAMES
+
 EXIT_OK, EXIT_REJECTED, EXIT_USAGE = 0, 1, 2
 
 # command -> "module:function"; the function takes the parsed argparse.Namespace, returns an exit code.
@@ -27,7 +29,6 @@ HANDLERS: dict[str, str] = {
 }
 
 
-DTYPE_NAMES = ("bf16", "fp16", "fp32")
 _DTYPE_ALIASES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32"}
 
 
@@ -137,7 +138,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="function or class returning the nn.Module")
     p.add_argument("--inputs", default=None, metavar="FILE.py:CALLABLE",
                    help="function returning the example inputs (a tuple of tensors)")
-    p.add_argument("--dtype", default="bf16", choices=("bf16", "fp16", "fp32"))
+    p.add_argument("--dtype", default="bf16", choices=DTYPE_NAMES)
     _add_device(p)
     p.add_argument("--json", default=None, metavar="PLAN.json", help="write the plan here")
     p.add_argument("--top", type=_number(int, "--top", 1, "3"), default=None, metavar="N",

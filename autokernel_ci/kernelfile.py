@@ -17,6 +17,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any
 
+from autokernel_ci.plan import DTYPE_NAMES
 from autokernel_ci.specs import KERNEL_TYPES, get_spec
 
 BACKENDS = ("triton", "cuda")
@@ -27,9 +28,8 @@ class KernelFileError(ValueError):
     """The file breaks the kernel-file contract; the message names the rule, the value and the fix."""
 
 
-# KNOB_SCOPE's pseudo-knob for the dtypes of the call a knob acts at, and the dtype names it takes (the plan's).
+# KNOB_SCOPE's pseudo-knob for the dtypes of the call a knob acts at (names from plan.DTYPE_NAMES).
 SCOPE_DTYPE = "dtype"
-SCOPE_DTYPES = ("bf16", "fp16", "fp32")
 
 @dataclass(frozen=True)
 class KernelFile:
@@ -194,7 +194,7 @@ def parse(source: str, path: Path | None = None) -> KernelFile:
 
 def _check_knob_scope(scope: Any, space: dict[str, list[Any]], where: str) -> None:
     fix = ('write KNOB_SCOPE = {"KNOB": {"OTHER_KNOB": [values where KNOB acts]}} with SEARCH_SPACE names and values, '
-           f'or {{"KNOB": {{"{SCOPE_DTYPE}": [dtypes from {list(SCOPE_DTYPES)}]}}}}')
+           f'or {{"KNOB": {{"{SCOPE_DTYPE}": [dtypes from {list(DTYPE_NAMES)}]}}}}')
     if not isinstance(scope, dict):
         raise KernelFileError(f"{where}: KNOB_SCOPE must be a dict, got {scope!r}: {fix}")
     for knob, conditions in scope.items():
@@ -204,9 +204,9 @@ def _check_knob_scope(scope: Any, space: dict[str, list[Any]], where: str) -> No
             raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}] must be a non-empty dict, got {conditions!r}: {fix}")
         for other, values in conditions.items():
             if other == SCOPE_DTYPE:
-                if not isinstance(values, list) or not values or any(v not in SCOPE_DTYPES for v in values):
+                if not isinstance(values, list) or not values or any(v not in DTYPE_NAMES for v in values):
                     raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}][{SCOPE_DTYPE!r}] = {values!r} must be a "
-                                          f"non-empty list of dtypes from {list(SCOPE_DTYPES)}: {fix}")
+                                          f"non-empty list of dtypes from {list(DTYPE_NAMES)}: {fix}")
                 continue
             if other == knob or other not in space:
                 raise KernelFileError(f"{where}: KNOB_SCOPE[{knob!r}] depends on {other!r}, which is not another "

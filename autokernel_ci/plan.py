@@ -7,6 +7,9 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+# The dtype names a plan, the command line and a kernel file's KNOB_SCOPE use (torch-free: cli.py reads them).
+DTYPE_NAMES = ("bf16", "fp16", "fp32")
+
 PLAN_VERSION = 1
 
 

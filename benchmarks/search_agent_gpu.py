@@ -27,6 +27,7 @@ from typing import Any
 os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 from autokernel_ci.loop import Budget, LoopSettings, optimize  # noqa: E402
+from autokernel_ci.loop.journal import is_experiment  # noqa: E402
 from autokernel_ci.plan import Plan, PlanOp  # noqa: E402
 from autokernel_ci.specs import KERNEL_TYPES, get_spec  # noqa: E402
 
@@ -50,7 +51,7 @@ def verified_experiments(run: Path) -> int:
     best (--verify-every verifies all)."""
     path = run / "journal.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return sum(1 for r in records if r.get("n", 0) >= 1 and set((r.get("stages") or {}).values()) - {"not_run"})
+    return sum(1 for r in records if is_experiment(r) and set((r.get("stages") or {}).values()) - {"not_run"})
 
 
 def row(kind: str, summary: dict[str, Any], run: Path) -> dict[str, Any]:
