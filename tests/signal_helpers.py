@@ -30,25 +30,35 @@ def _stat_fields(pid: int | str) -> list[str]:
     return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
 
 
+def _process_table() -> dict[int, tuple[int, str]]:
+    """{pid: (parent pid, command line)} of every process, read from /proc once."""
+    table = {}
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            parent = int(_stat_fields(entry.name)[1])
+            table[int(entry.name)] = (parent, (entry / "cmdline").read_text().replace("\0", " "))
+        except OSError:
+            continue  # exited between the listing and the read
+    return table
+
+
 def children(pid: int) -> dict[int, str]:
     """{child pid: command line} of pid's direct children, whatever session they moved to."""
-    found = {}
-    for entry in Path("/proc").iterdir():
-        try:
-            if entry.name.isdigit() and int(_stat_fields(entry.name)[1]) == pid:
-                found[int(entry.name)] = (entry / "cmdline").read_text().replace("\0", " ")
-        except OSError:
-            continue
-    return found
+    return {child: cmdline for child, (parent, cmdline) in _process_table().items() if parent == pid}
 
 
 def descendants(pid: int) -> set[int]:
-    """Every process below pid, whatever session it moved to."""
+    """Every process below pid, whatever session it moved to (one read of /proc, not one per parent)."""
+    below: dict[int, list[int]] = {}
+    for child, (parent, _) in _process_table().items():
+        below.setdefault(parent, []).append(child)
     found: set[int] = set()
-    frontier = {pid}
+    frontier = [pid]
     while frontier:
-        frontier = {child for parent in frontier for child in children(parent)} - found
-        found |= frontier
+        frontier = [child for parent in frontier for child in below.get(parent, ()) if child not in found]
+        found.update(frontier)
     return found
 
 
