@@ -1,4 +1,4 @@
-"""A non-editable install must carry kernels/, gpu_specs/ and templates/ (DESIGN.md §3)."""
+"""A non-editable install must carry kernels/, gpu_specs/ and templates/ (DESIGN.md §3) and the CUDA prelude."""
 
 import os
 import subprocess
@@ -42,3 +42,19 @@ def test_installed_copy_finds_data_from_another_directory(wheel, tmp_path):
                          check=True).stdout.split()
     assert all(line.startswith(str(target)) for line in out), out
     assert all(Path(line).is_dir() for line in out)
+
+
+def test_installed_copy_reads_the_cuda_prelude_it_carries(wheel, tmp_path):
+    # nvrtc.PRELUDE is read from prelude.cuh beside the module: a wheel without that file breaks every CUDA kernel.
+    assert "autokernel_ci/prelude.cuh" in zipfile.ZipFile(wheel).namelist()
+    target = tmp_path / "site"
+    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
+                   check=True)
+    code = "import autokernel_ci.nvrtc as n, sys; print(n.__file__); sys.stdout.write(n.PRELUDE)"
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                         check=True).stdout
+    where, text = out.split("\n", 1)
+    assert where.startswith(str(target)), where
+    assert text == (ROOT / "autokernel_ci" / "prelude.cuh").read_text(encoding="utf-8")
+    assert text.startswith("// ---- autokernel_ci.nvrtc.PRELUDE") and text.endswith("#line 1\n")

@@ -25,7 +25,7 @@ SEARCH_SPACE = {"THREADS": [128, 256, 512, 1024], "VEC_BYTES": [4, 8, 16], "UNRO
 IGNORE_INDEX = -100
 MEAN_THREADS = 1024  # one block sums the M row losses (M = 8192 for LLaMA: 8 loads a thread)
 
-# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# nvrtc.PRELUDE (autokernel_ci/prelude.cuh) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""

@@ -94,7 +94,7 @@ HEAD_DIMS = (16, 32, 64, 128)  # the spec's head dims: multiples of 16 (one k-st
 # fp32 (46,080 B), so it does not follow WARPS / BLOCK_N.
 WMMA_TILES = {"WMMA_WARPS": 4, "WMMA_BLOCK_N": 32}
 
-# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# nvrtc.PRELUDE (autokernel_ci/prelude.cuh) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""

@@ -34,7 +34,7 @@ SEARCH_SPACE = {
 # (ptxas, bf16 wide rows), 4 -> 8 blocks an SM. On an H100 (2026-12-06, round norms21 and a repeat, bf16 8192 x 4096,
 # alternating): 50.9-53.0 us against 52.6-53.7, 7 of 7 pairs (about 3%); at 256 x 2 / 256 x 4 / 512 x 1 52.9-79.6 us.
 
-# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# nvrtc.PRELUDE (autokernel_ci/prelude.cuh) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""

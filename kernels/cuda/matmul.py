@@ -102,7 +102,7 @@ KNOB_SCOPE = {"WG_TILE": {"VARIANT": ["wgmma"]}, "WG_STAGES": {"VARIANT": ["wgmm
               "WG_L2_PROMOTION": {"VARIANT": ["wgmma"]}, "WG_CLUSTER": {"VARIANT": ["wgmma"]},
               "WG_CLUSTER_MIN_K": {"VARIANT": ["wgmma"], "WG_CLUSTER": [2]}}
 
-# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# nvrtc.PRELUDE (autokernel_ci/prelude.cuh) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
@@ -517,7 +517,8 @@ static_assert(WG_CLUSTER == 1 || WG_CLUSTER == 2, "clusters of one or two CTAs")
 constexpr int WG_GROUP = GROUP_M / WG_CLUSTER > 0 ? GROUP_M / WG_CLUSTER : 1;
 
 // mbar_*, tma_load_2d, tensormap_acquire, wg_desc, wg_fence / wg_commit / wg_wait / wg_fence_acc and
-// Wgmma<T, N, TRANS_B> come from nvrtc.PRELUDE (its sm_90a block, autokernel_ci/nvrtc.py), shared with flash attention.
+// Wgmma<T, N, TRANS_B> come from nvrtc.PRELUDE (its sm_90a block, autokernel_ci/prelude.cuh),
+// shared with flash attention.
 
 // out[m,n] (contiguous) = a @ b through tensor maps (built by the launcher, nvrtc.tensor_map, 128-byte swizzle):
 //   map_a: a [m, k] rows, box 64 (k) x 128 (rows)                      -> A tile [128 rows][128 B], K-major

@@ -34,7 +34,7 @@ SEARCH_SPACE = {
 # WEIGHTS_LATE (w loaded in the output loop; 95 -> 63 registers): off, 50.3-51.1 us against 49.4-50.4 (same H100,
 # round norms21's repeat, alternating): the rmsnorm's 96 registers already allow 5 blocks an SM.
 
-# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# nvrtc.PRELUDE (autokernel_ci/prelude.cuh) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""

@@ -40,7 +40,7 @@ SEARCH_SPACE = {
     "ROW_SMEM_KB": [0, 48, 100, 200],
 }
 
-# nvrtc.PRELUDE (autokernel_ci/nvrtc.py) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
+# nvrtc.PRELUDE (autokernel_ci/prelude.cuh) comes first: <cuda_fp16.h>, <cuda_bf16.h>, INFINITY, to_float(x),
 # from_float<T>(f), Vec<T, N> (one aligned 4/8/16-byte access), warp_sum(v), group_sum<WPR>(v, red).
 # Compiler error lines count from the r""" line below (the prelude ends with #line 1).
 CUDA_SOURCE = nvrtc.PRELUDE + r"""
