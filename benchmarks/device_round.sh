@@ -91,6 +91,7 @@
 #          compile in turn three times), the loop stopped by a signal on CUDA.
 #   screen22: `verify` of the Triton matmul at fp32; the search agent on matmul / attention with candidates timed first
 #          (the loop's default), then on the matmul verifying every candidate first (--verify-every).
+#   mem23: the search agent (bf16, LLaMA-7B, 0.75 min) on rmsnorm, rotary, reduce (the rows short of 1.25x compile).
 #   search21a / search21b / search21c: the search agent's table at the current starters: bf16 on the memory-bound
 #          types after the interrupt check (a), fp32 on all nine (b), bf16 on the GEMM-bound three at 1.5 min (c).
 #   interrupt20: Ctrl-C / SIGTERM of the loop mid-experiment on the GPU (benchmarks/interrupt_gpu.py: stop time, what is
@@ -782,6 +783,10 @@ case "${1:-check}" in
     ;;
   search21b)  # the search agent at fp32 on the LLaMA-7B shapes, every type (the third dtype)
     step 570 search_fp32 python3 benchmarks/search_agent_gpu.py --dtype fp32 --minutes 0.75 --out "$out/search_fp32"
+    ;;
+  mem23)  # the search agent (bf16, LLaMA-7B) on the memory-bound types that miss 1.25x torch.compile
+    step 280 search_mem python3 benchmarks/search_agent_gpu.py --minutes 0.75 --types rmsnorm,rotary_embedding,reduce \
+      --out "$out/search_mem"
     ;;
   search21c)  # the search agent (bf16, LLaMA-7B) on the GEMM-bound types, with room for experiments after baselines
     step 400 search_bf16_mm python3 benchmarks/search_agent_gpu.py --minutes 1.5 \
