@@ -413,6 +413,21 @@ def _pipeline(cfg, dtype, elem, smem):
     return bk, max(1, min(cfg["num_stages"], (smem - extra - extra_a) // per_stage))
 
 
+def _f32_store_fit(bm, bn, smem):
+    """(BLOCK_M, BLOCK_N) of an fp32 call whose store fits shared memory. Where c's rows are not a multiple of 16
+    elements, Triton 3.6 moves the fp32 accumulator into the store's layout through shared memory, bm x bn x 4
+    bytes (the pipeline's buffers are dead by then, so not on top of them): 256 x 256 needs 262,144 B, over the
+    232,448 an sm_90 block may use (compiled ahead of time for sm_90: tests/kernels/test_triton_matmul_smem.py).
+    Halve the wider side until it fits, for every call: the rule stays right whatever a later Triton proves
+    about a stride. 16-bit calls store without it (256 x 256 bf16: 65,536 B, the operands only)."""
+    while bm * bn * 4 > smem and max(bm, bn) > 16:
+        if bn >= bm:
+            bn //= 2
+        else:
+            bm //= 2
+    return bm, bn
+
+
 def _launch(a, b, c, cfg):
     variant = cfg["VARIANT"]
     if variant not in SEARCH_SPACE["VARIANT"]:
@@ -429,8 +444,8 @@ def _launch(a, b, c, cfg):
             return
         variant = "tma"
     if a.dtype == torch.float32:
-        cfg = {**cfg, "BLOCK_M": cfg["F32_BLOCK_M"], "BLOCK_N": cfg["F32_BLOCK_N"], "BLOCK_K": cfg["F32_BLOCK_K"],
-               "num_stages": cfg["F32_STAGES"]}
+        bm, bn = _f32_store_fit(cfg["F32_BLOCK_M"], cfg["F32_BLOCK_N"], smem)
+        cfg = {**cfg, "BLOCK_M": bm, "BLOCK_N": bn, "BLOCK_K": cfg["F32_BLOCK_K"], "num_stages": cfg["F32_STAGES"]}
     bm, bn = cfg["BLOCK_M"], cfg["BLOCK_N"]
     bk, stages = _pipeline(cfg, a.dtype, a.element_size(), smem)
     args = (a, b, c, M, N, K, *a.stride(), *b.stride(), *c.stride())
