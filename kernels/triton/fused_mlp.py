@@ -338,6 +338,12 @@ def _launch_gate_up(x, w_gate, w_up, h, cfg):
     # A pipeline stage holds an x slice and two weight slices; fp32 (tf32x3) keeps one more x
     # slice. Never ask for more than fits: halve BLOCK_K until one stage fits, then cut stages.
     smem, elem = _smem_bytes(x.device), x.element_size()
+    if x.dtype == torch.float32:
+        # Where h's rows are not a multiple of 16 elements Triton 3.6 stages the fp32 h tile for its store in shared
+        # memory, bm x bn x 4 bytes: 256 x 256 needs 262,144 B against sm_90's 232,448 (its sm_90 compile:
+        # tests/kernels/test_triton_sm90_smem.py). Narrow the wider side until the tile fits, for every call.
+        while bm * bn * 4 > smem and max(bm, bn) > 16:
+            bm, bn = (bm, bn // 2) if bn >= bm else (bm // 2, bn)
     # tma: the h tile is staged for its bulk store in the pipeline's dead buffers (sm_90 compiles measured:
     # 128x128x64 bf16 uses 147,512 B at 3 stages, 196,672 B at 4): it costs no stage.
     tma = cfg["VARIANT"] in ("tma", "gluon") and descriptors_ok

@@ -318,26 +318,29 @@ HOPPER = DEVICE.type == "cuda" and torch.cuda.get_device_capability(DEVICE)[0] =
 
 
 class LaunchSpy:
-    """Stands in for a @triton.jit (or gluon.jit) kernel: records each launch's keyword arguments, then launches."""
+    """Stands in for a @triton.jit (or gluon.jit) kernel: records each launch's keyword arguments (and, in `args`,
+    its positional ones), then launches."""
 
     def __init__(self, kernel) -> None:
         self.kernel = kernel
         self.launches: list[dict] = []
+        self.args: list[tuple] = []
 
     def __getitem__(self, grid):
         launcher = self.kernel[grid]
 
         def launch(*args, **kwargs):
             self.launches.append(kwargs)
+            self.args.append(args)
             return launcher(*args, **kwargs)
 
         return launch
 
 
-def run_with_spies(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple],
-                   dtype) -> dict[str, list[dict]]:
+def run_spied(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple],
+              dtype) -> dict[str, LaunchSpy]:
     """Run a starter with `config` on each case (checked against the reference), its named kernels spied on:
-    the launches of each kernel, by name."""
+    the spy of each kernel, by name."""
     module = _module(kernel_type)
     saved_config = module.CONFIG
     saved = {name: getattr(module, name) for name in kernel_names}
@@ -352,6 +355,13 @@ def run_with_spies(kernel_type: str, config: dict, kernel_names: tuple[str, ...]
         module.CONFIG = saved_config
         for name, kernel in saved.items():
             setattr(module, name, kernel)
+    return spies
+
+
+def run_with_spies(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple],
+                   dtype) -> dict[str, list[dict]]:
+    """run_spied's launches of each kernel (their keyword arguments), by name."""
+    spies = run_spied(kernel_type, config, kernel_names, cases, dtype)
     return {name: spy.launches for name, spy in spies.items()}
 
 
