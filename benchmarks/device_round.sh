@@ -755,7 +755,7 @@ case "${1:-check}" in
     ;;
   fp32mm21)  # the Triton matmul's fp32 (tf32x3, pointer kernel) tiles checked on three sets and timed, then the loop
     # stopped by a signal on CUDA
-    step 330 variants_fp32 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
+    step 370 variants_fp32 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
       --variants benchmarks/variants/matmul_fp32.json --sets llama7b,odd,edge --out "$out/mm_fp32"
     step 200 interrupt python3 benchmarks/interrupt_gpu.py --device cuda --after 5 --out "$out/interrupt"
     ;;
