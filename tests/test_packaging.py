@@ -31,30 +31,34 @@ def test_wheel_carries_data_dirs_and_entry_points(wheel):
     assert "autokernel_ci = autokernel_ci.harness.plugin" in text
 
 
-def test_installed_copy_finds_data_from_another_directory(wheel, tmp_path):
-    target = tmp_path / "site"
+@pytest.fixture(scope="module")
+def installed(wheel, tmp_path_factory) -> Path:
+    """The wheel installed into a directory of its own (one install for the tests that import from it)."""
+    target = tmp_path_factory.mktemp("site")
     subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
                    check=True)
+    return target
+
+
+def _run_installed(target: Path, code: str, cwd: Path) -> str:
+    env = {**os.environ, "PYTHONPATH": str(target)}
+    return subprocess.run([sys.executable, "-c", code], cwd=cwd, env=env, capture_output=True, text=True,
+                          check=True).stdout
+
+
+def test_installed_copy_finds_data_from_another_directory(installed, tmp_path):
     code = ("import autokernel_ci.paths as p; print(p.kernels_dir()); print(p.gpu_specs_dir()); "
             "print(p.templates_dir())")
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         check=True).stdout.split()
-    assert all(line.startswith(str(target)) for line in out), out
+    out = _run_installed(installed, code, tmp_path).split()
+    assert all(line.startswith(str(installed)) for line in out), out
     assert all(Path(line).is_dir() for line in out)
 
 
-def test_installed_copy_reads_the_cuda_prelude_it_carries(wheel, tmp_path):
+def test_installed_copy_reads_the_cuda_prelude_it_carries(wheel, installed, tmp_path):
     # nvrtc.PRELUDE is read from prelude.cuh beside the module: a wheel without that file breaks every CUDA kernel.
     assert "autokernel_ci/prelude.cuh" in zipfile.ZipFile(wheel).namelist()
-    target = tmp_path / "site"
-    subprocess.run([sys.executable, "-m", "pip", "install", "--no-deps", "-q", "--target", str(target), str(wheel)],
-                   check=True)
     code = "import autokernel_ci.nvrtc as n, sys; print(n.__file__); sys.stdout.write(n.PRELUDE)"
-    env = {**os.environ, "PYTHONPATH": str(target)}
-    out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
-                         check=True).stdout
-    where, text = out.split("\n", 1)
-    assert where.startswith(str(target)), where
+    where, text = _run_installed(installed, code, tmp_path).split("\n", 1)
+    assert where.startswith(str(installed)), where
     assert text == (ROOT / "autokernel_ci" / "prelude.cuh").read_text(encoding="utf-8")
     assert text.startswith("// ---- autokernel_ci.nvrtc.PRELUDE") and text.endswith("#line 1\n")

@@ -25,7 +25,6 @@ import torch
 from test_triton_starters import _module, run_spied
 
 SM90_SHARED_OPTIN = 232448  # bytes a block may opt in to on an H100 / H200 (227 KB)
-LAUNCH_OPTIONS = ("num_warps", "num_stages")
 _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
                  torch.int32: "i32", torch.uint8: "u8", torch.bool: "i1"}
 
