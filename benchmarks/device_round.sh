@@ -86,6 +86,10 @@
 #   softmax_looped: the Triton softmax's looped kernel with 16 / 32 warps on GPT-2's rows.
 #   final17b: the Triton softmax's looped default (8192 x 16 warps): GPU tests, `verify`, its table rows.
 #   table18: every starter (both backends), baselines in turn three times; the GPU's calibration.
+#   gpu24a: the Triton matmul / fused MLP GPU tests (the fp32 256x256 -> 256x128 narrowing of both) and `verify` of the
+#          fused MLP, then the fp32 matmul's F32_BLOCK_K 16 points (benchmarks/variants/matmul_fp32_k16.json) timed.
+#   gpu24b: the search agent (bf16, LLaMA-7B, 0.75 min) on softmax, layernorm, cross entropy (search21a's other half);
+#          the GEMMs' fp32 table rows (ours / eager / compile in turn three times).
 #   fp32mm21: the Triton matmul's fp32 tiles (benchmarks/variants/matmul_fp32.json) checked + timed; interrupt_gpu.py.
 #   final22: the Triton matmul's GPU tests and `verify` at its fp32 default tile, its fp32 table rows (ours / eager /
 #          compile in turn three times), the loop stopped by a signal on CUDA.
@@ -752,6 +756,18 @@ case "${1:-check}" in
       --backends triton --dtype fp16 --time-set gpt2 --out "$out/table_gpt2"
     step 150 starters_softmax python3 benchmarks/check_starters_gpu.py --skip-check --repeats 3 --types softmax \
       --backends triton --out "$out/table"
+    ;;
+  gpu24a)  # see the list above
+    kernel_checks triton_gemm kernels/triton/fused_mlp.py "matmul or fused_mlp" tests/kernels/test_triton_tma_variants.py \
+      tests/kernels/test_triton_starters.py
+    step 150 variants_fp32_k16 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
+      --variants benchmarks/variants/matmul_fp32_k16.json --sets llama7b,odd,edge --out "$out/mm_fp32_k16"
+    ;;
+  gpu24b)  # see the list above
+    step 280 search_rows python3 benchmarks/search_agent_gpu.py --minutes 0.75 --types softmax,layernorm,cross_entropy \
+      --out "$out/search_rows"
+    step 200 table_fp32 python3 benchmarks/check_starters_gpu.py --skip-check --types matmul,fused_mlp \
+      --backends triton --dtype fp32 --repeats 3 --out "$out/table_fp32"
     ;;
   fp32mm21)  # the Triton matmul's fp32 (tf32x3, pointer kernel) tiles checked on three sets and timed, then the loop
     # stopped by a signal on CUDA

@@ -101,6 +101,18 @@ def test_matmul_fp32_tile_knobs_set_the_pointer_kernels_tile(f32: tuple[int, int
         assert launches and tiles == {tile}, dtype
 
 
+def test_fused_mlp_fp32_widest_tile_runs_narrowed() -> None:
+    """fp32 at BLOCK_M = BLOCK_N = 256 runs as 256 x 128 on every call and matches the reference: 256 x 256 would
+    stage 262,144 B of h for its store where h's rows are not 16-element multiples (F = 40 and 5 here; 864 is
+    narrowed all the same), more than sm_90's 232,448 (tests/kernels/test_triton_sm90_smem.py); on a GPU that
+    launch raises OutOfResources."""
+    config = {"VARIANT": "pointer", "BLOCK_M": 256, "BLOCK_N": 256, "BLOCK_K": 32, "num_stages": 3}
+    cases = _spec_cases("fused_mlp", torch.float32, "cpu", "edge", "odd")
+    launches = _run_with_spy("fused_mlp", config, ("_gate_up_kernel",), cases, torch.float32)
+    assert len(launches) == len(cases)
+    assert {(launch["BLOCK_M"], launch["BLOCK_N"]) for launch in launches} == {(256, 128)}
+
+
 @pytest.mark.parametrize("dtype", DTYPES_16, ids=["bf16", "fp16"])
 def test_fused_mlp_descriptor_variant(dtype) -> None:
     cases = _spec_cases("fused_mlp", dtype, "cpu", "edge")
