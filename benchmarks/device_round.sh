@@ -90,6 +90,8 @@
 #          fused MLP, then the fp32 matmul's F32_BLOCK_K 16 points (benchmarks/variants/matmul_fp32_k16.json) timed.
 #   gpu24b: the search agent (bf16, LLaMA-7B, 0.75 min) on softmax, layernorm, cross entropy (search21a's other half);
 #          the GEMMs' fp32 table rows (ours / eager / compile in turn three times).
+#   search24c: the search agent (bf16, LLaMA-7B, 0.75 min) on all nine types in one run: one table at one code state
+#          (gpu24b took 143 s for three types).
 #   fp32mm21: the Triton matmul's fp32 tiles (benchmarks/variants/matmul_fp32.json) checked + timed; interrupt_gpu.py.
 #   final22: the Triton matmul's GPU tests and `verify` at its fp32 default tile, its fp32 table rows (ours / eager /
 #          compile in turn three times), the loop stopped by a signal on CUDA.
@@ -172,8 +174,9 @@ cuda_matmul_gpu_tests() {  # those tests alone (pytest_cuda_matmul), without `ve
 }
 kernel_checks() {  # kernel_checks NAME KERNEL_FILE FILTER TEST_FILE...: the GPU tests FILTER selects in TEST_FILEs
   # (pytest_NAME) and `verify` of KERNEL_FILE as it is (verify_NAME, its JSON beside the log)
+  # PYTEST_LIMIT: gpu24a's "matmul or fused_mlp" over two files ran 120 of ~140 tests in 200 s on an H100
   local name="$1" file="$2" filter="$3"; shift 3
-  step 200 "pytest_$name" env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 "$@" \
+  step "${PYTEST_LIMIT:-200}" "pytest_$name" env AUTOKERNEL_TEST_DEVICE=cuda python3 -m pytest -q -p no:cacheprovider -n 4 "$@" \
     -k "$filter"
   step 90 "verify_$name" python3 -m autokernel_ci verify "$file" --device cuda --json "$out/verify_$name.json"
 }
@@ -758,10 +761,13 @@ case "${1:-check}" in
       --backends triton --out "$out/table"
     ;;
   gpu24a)  # see the list above
-    kernel_checks triton_gemm kernels/triton/fused_mlp.py "matmul or fused_mlp" tests/kernels/test_triton_tma_variants.py \
+    PYTEST_LIMIT=400 kernel_checks triton_gemm kernels/triton/fused_mlp.py "matmul or fused_mlp" tests/kernels/test_triton_tma_variants.py \
       tests/kernels/test_triton_starters.py
-    step 150 variants_fp32_k16 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
+    step 100 variants_fp32_k16 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
       --variants benchmarks/variants/matmul_fp32_k16.json --sets llama7b,odd,edge --out "$out/mm_fp32_k16"
+    ;;
+  search24c)  # see the list above
+    step 540 search_all python3 benchmarks/search_agent_gpu.py --minutes 0.75 --out "$out/search_all"
     ;;
   gpu24b)  # see the list above
     step 280 search_rows python3 benchmarks/search_agent_gpu.py --minutes 0.75 --types softmax,layernorm,cross_entropy \
