@@ -91,7 +91,7 @@
 #   gpu24b: the search agent (bf16, LLaMA-7B, 0.75 min) on softmax, layernorm, cross entropy (search21a's other half);
 #          the GEMMs' fp32 table rows (ours / eager / compile in turn three times).
 #   search24c: the search agent (bf16, LLaMA-7B, 0.75 min) on all nine types in one run: one table at one code state
-#          (gpu24b took 143 s for three types).
+#          (gpu24b took 143 s for three types; nine need ~430 s of one call).
 #   fp32mm21: the Triton matmul's fp32 tiles (benchmarks/variants/matmul_fp32.json) checked + timed; interrupt_gpu.py.
 #   final22: the Triton matmul's GPU tests and `verify` at its fp32 default tile, its fp32 table rows (ours / eager /
 #          compile in turn three times), the loop stopped by a signal on CUDA.

@@ -17,12 +17,13 @@ import sys
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-sys.path[:0] = [str(REPO / "tests" / "kernels"), str(REPO / "tests")]  # the capture / compile helpers of the tests
+sys.path.insert(0, str(REPO / "tests" / "kernels"))  # sm90_compile: the capture / compile helpers the tests use
 os.environ.setdefault("TRITON_INTERPRET", "1")  # before triton is imported: the capture runs interpreted
 
 import torch  # noqa: E402
 from sm90_compile import SM90_SHARED_OPTIN, capture, compile_sm90  # noqa: E402
-from test_triton_starters import _inputs  # noqa: E402
+
+from autokernel_ci.specs import get_spec  # noqa: E402
 
 # (BLOCK_M, BLOCK_N, BLOCK_K, stages, warps): the default, its neighbours and the tiles of the fp32 variant rounds.
 POINTS = [(256, 64, 32, 3, 8), (256, 64, 16, 3, 8), (256, 64, 16, 4, 8), (256, 64, 32, 2, 8), (256, 64, 32, 3, 4),
@@ -35,8 +36,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, required=True)
     out = parser.parse_args().out
     out.mkdir(parents=True, exist_ok=True)
-    (base,) = capture("matmul", {"VARIANT": "tiled"}, ("_matmul_tiled",),
-                      [_inputs("matmul", SHAPE, torch.float32, seed=1)], torch.float32)
+    inputs = get_spec("matmul").make_inputs(SHAPE, torch.float32, "cpu", torch.Generator().manual_seed(1))
+    (base,) = capture("matmul", {"VARIANT": "tiled"}, ("_matmul_tiled",), [inputs], torch.float32)
     launches = [base.with_meta(BLOCK_M=bm, BLOCK_N=bn, BLOCK_K=bk, num_stages=st, num_warps=w)
                 for bm, bn, bk, st, w in POINTS]
     rows = [{"tile": f"{bm}x{bn}x{bk}", "stages": st, "warps": w, "shared_bytes": cost.shared,
