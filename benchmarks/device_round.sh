@@ -92,6 +92,8 @@
 #          the GEMMs' fp32 table rows (ours / eager / compile in turn three times).
 #   search24c: the search agent (bf16, LLaMA-7B, 0.75 min) on all nine types in one run: one table at one code state
 #          (gpu24b took 143 s for three types; nine need ~430 s of one call).
+#   search24d: the same at fp16 on the GPT-2 shapes (the issue's second shape set; its last table is rounds
+#          `second` / `second2` of 2026-12-03, before most of today's starters).
 #   fp32mm21: the Triton matmul's fp32 tiles (benchmarks/variants/matmul_fp32.json) checked + timed; interrupt_gpu.py.
 #   final22: the Triton matmul's GPU tests and `verify` at its fp32 default tile, its fp32 table rows (ours / eager /
 #          compile in turn three times), the loop stopped by a signal on CUDA.
@@ -768,6 +770,10 @@ case "${1:-check}" in
     ;;
   search24c)  # see the list above
     step 540 search_all python3 benchmarks/search_agent_gpu.py --minutes 0.75 --out "$out/search_all"
+    ;;
+  search24d)  # see the list above
+    step 540 search_gpt2 python3 benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 0.75 \
+      --out "$out/search_gpt2"
     ;;
   gpu24b)  # see the list above
     step 280 search_rows python3 benchmarks/search_agent_gpu.py --minutes 0.75 --types softmax,layernorm,cross_entropy \
