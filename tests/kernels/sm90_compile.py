@@ -22,7 +22,7 @@ import sys
 from dataclasses import dataclass
 
 import torch
-from test_triton_starters import _module, run_spied
+from starter_run import run_spied, starter_module
 
 SM90_SHARED_OPTIN = 232448  # bytes a block may opt in to on an H100 / H200 (227 KB)
 _TRITON_TYPES = {torch.float32: "fp32", torch.bfloat16: "bf16", torch.float16: "fp16", torch.int64: "i64",
@@ -123,7 +123,8 @@ def compile_sm90(kernel_type: str, launches: list[Launch]) -> list[Cost]:
     payload = [[launch.kernel, [list(a) for a in launch.args],
                 {**launch.meta, **({"UPCAST": False} if "UPCAST" in launch.meta else {})}] for launch in launches]
     env = {k: v for k, v in os.environ.items() if k != "TRITON_INTERPRET"}
-    proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps([_module(kernel_type).__file__, payload]),
+    source = starter_module(kernel_type).__file__
+    proc = subprocess.run([sys.executable, "-c", _COMPILE], input=json.dumps([source, payload]),
                           capture_output=True, text=True, env=env, timeout=900, check=False)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return [Cost(**cost) for cost in json.loads(proc.stdout.strip().splitlines()[-1])]

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 import pytest
 import torch
 from sm90_compile import SM90_SHARED_OPTIN, capture, compile_sm90
-from test_triton_starters import _inputs, _module
+from starter_run import make_inputs, starter_module
 
 
 @dataclass(frozen=True)
@@ -32,16 +32,16 @@ class TileKnobs:
     shape: dict  # small (the interpreter runs it once) with rows that are not 16-aligned: the fp32 store's case
 
     def tiles(self) -> list[tuple[int, int]]:
-        space = _module(self.kernel_type).SEARCH_SPACE
+        space = starter_module(self.kernel_type).SEARCH_SPACE
         return [(r, c) for r in space[self.rows] for c in space[self.cols]]
 
     def config(self, rows: int, cols: int, **more: object) -> dict:
-        space = _module(self.kernel_type).SEARCH_SPACE
+        space = starter_module(self.kernel_type).SEARCH_SPACE
         return {"VARIANT": self.variant, self.rows: rows, self.cols: cols, self.depth: max(space[self.depth]),
                 self.stages: max(space[self.stages]), **more}
 
     def launch(self, config: dict):
-        inputs = _inputs(self.kernel_type, self.shape, self.dtype, seed=3)
+        inputs = make_inputs(self.kernel_type, self.shape, self.dtype, seed=3)
         (launch,) = capture(self.kernel_type, config, (self.kernel,), [inputs], self.dtype)
         return launch
 

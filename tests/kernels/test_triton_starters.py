@@ -9,51 +9,39 @@ checked unmodified and unaliased.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import random
 import subprocess
 import sys
-import uuid
 from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 import torch
-from torch.utils._python_dispatch import TorchDispatchMode
+from starter_run import (
+    DEVICE,
+    HOPPER,
+    KERNELS_DIR,
+    PoisonAndRecord,
+    launch_counts,
+    load_fresh,
+    make_inputs,
+    run_and_check,
+    starter_module,
+)
 
 from autokernel_ci import kernelfile
 from autokernel_ci.agents.policy import ALLOWED_IMPORTS
 from autokernel_ci.compare import compare
 from autokernel_ci.specs import KERNEL_TYPES, get_spec
 
-KERNELS_DIR = Path(__file__).resolve().parents[2] / "kernels" / "triton"
-DEVICE = torch.device(os.environ.get("AUTOKERNEL_TEST_DEVICE", "cpu"))
 CONFIG_SAMPLES = 10  # CONFIG points per type: the cross products hold 100-4000 points, each ~0.2-2 s here
 TYPES = [t for t in KERNEL_TYPES if (KERNELS_DIR / f"{t}.py").is_file()]
 
 # Edge shapes left out in the interpreter, with the measured reason. None so far: the widest rows
 # (softmax/reduce N=65537, cross_entropy V=131071) take under 3 s each through the looped variants.
 SLOW_EDGE_SHAPES: dict[str, set[str]] = {}
-
-
-def _import(path: Path):
-    name = f"_starter_{path.stem}_{uuid.uuid4().hex[:8]}"
-    spec = importlib.util.spec_from_file_location(name, path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[name] = module  # triton.jit reads the defining module's globals through sys.modules
-    spec.loader.exec_module(module)
-    return module
-
-
-_MODULES: dict[str, object] = {}
-
-
-def _module(kernel_type: str):
-    if kernel_type not in _MODULES:
-        _MODULES[kernel_type] = _import(KERNELS_DIR / f"{kernel_type}.py")
-    return _MODULES[kernel_type]
 
 
 def _cases(set_name: str) -> list:
@@ -68,68 +56,16 @@ def _cases(set_name: str) -> list:
     return out
 
 
-# Triton's CPU interpreter writes kernel results back into the tensors through aten::set_; on a GPU
-# a launch issues no aten op at all.
-INTERPRETER_OPS = frozenset({"set_"}) if DEVICE.type == "cpu" else frozenset()
-_ALLOCATING_OPS = ("empty", "empty_like", "empty_strided", "new_empty", "new_empty_strided")
-
-
-class PoisonAndRecord(TorchDispatchMode):
-    """What the harness does around a candidate: NaN-filled allocations and a record of the aten ops."""
-
-    def __init__(self) -> None:
-        super().__init__()
-        self.ops: set[str] = set()
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        name = func.overloadpacket.__name__
-        self.ops.add(name)
-        out = func(*args, **(kwargs or {}))
-        if name in _ALLOCATING_OPS and isinstance(out, torch.Tensor):
-            out.fill_(float("nan") if out.is_floating_point() else -1)
-        return out
-
-
-def _storage_span(t: torch.Tensor) -> tuple[int, int]:
-    start = t.untyped_storage().data_ptr()
-    return start, start + t.untyped_storage().nbytes()
-
-
-def run_and_check(module, kernel_type: str, inputs: tuple, dtype: torch.dtype) -> torch.Tensor:
-    spec = get_spec(kernel_type)
-    ref = spec.run_reference(inputs)
-    before = [x.clone() if isinstance(x, torch.Tensor) else x for x in inputs]
-    with PoisonAndRecord() as mode:
-        out = module.kernel_fn(*inputs)
-    disallowed = mode.ops - spec.allowed_aten - INTERPRETER_OPS
-    assert not disallowed, f"{kernel_type}: kernel_fn called aten ops outside the spec's allow-list: {disallowed}"
-    expect = spec.output_dtype or dtype
-    failure = compare(out, ref, spec.tolerances[dtype], expect_dtype=expect)
-    assert failure is None, f"{kernel_type} {dtype}: {failure}"
-    for x, x0 in zip(inputs, before, strict=True):
-        if isinstance(x, torch.Tensor):
-            assert torch.equal(x, x0), f"{kernel_type}: kernel_fn modified an input"
-            lo, hi = _storage_span(x)
-            o_lo, o_hi = _storage_span(out)
-            assert o_hi <= lo or o_lo >= hi, f"{kernel_type}: output aliases an input"
-    return out
-
-
 def test_poison_and_allow_list_catch_a_bad_kernel() -> None:
     """The checks above can fail: an unwritten element and a forbidden torch op are both caught."""
     spec = get_spec("softmax")
-    x = _inputs("softmax", {"M": 4, "N": 8}, torch.float32)
+    x = make_inputs("softmax", {"M": 4, "N": 8}, torch.float32)
     with PoisonAndRecord() as mode:
         y = torch.empty_like(x[0])
         y[:, :-1] = torch.softmax(x[0][:, :-1], dim=-1)  # last column never written
     assert torch.isnan(y[:, -1]).all()
     assert compare(y, spec.run_reference(x), spec.tolerances[torch.float32]) is not None
     assert "_softmax" in mode.ops - spec.allowed_aten
-
-
-def _inputs(kernel_type: str, shape: dict, dtype: torch.dtype, seed: int = 0) -> tuple:
-    gen = torch.Generator(device=DEVICE).manual_seed(seed)
-    return get_spec(kernel_type).make_inputs(shape, dtype, DEVICE, gen)
 
 
 @pytest.mark.parametrize("kernel_type", KERNEL_TYPES)
@@ -148,12 +84,12 @@ def test_starter_exists_and_meets_contract(kernel_type: str) -> None:
 
 @pytest.mark.parametrize(("kernel_type", "shape", "dtype"), _cases("cpu"))
 def test_cpu_shapes(kernel_type: str, shape: dict, dtype: torch.dtype) -> None:
-    run_and_check(_module(kernel_type), kernel_type, _inputs(kernel_type, shape, dtype), dtype)
+    run_and_check(starter_module(kernel_type), kernel_type, make_inputs(kernel_type, shape, dtype), dtype)
 
 
 @pytest.mark.parametrize(("kernel_type", "shape", "dtype"), _cases("edge"))
 def test_edge_shapes(kernel_type: str, shape: dict, dtype: torch.dtype) -> None:
-    run_and_check(_module(kernel_type), kernel_type, _inputs(kernel_type, shape, dtype), dtype)
+    run_and_check(starter_module(kernel_type), kernel_type, make_inputs(kernel_type, shape, dtype), dtype)
 
 
 def _strided(x: torch.Tensor, layout: str) -> torch.Tensor:
@@ -174,11 +110,11 @@ def test_noncontiguous_inputs(kernel_type: str, layout: str) -> None:
     if not spec.noncontiguous_args:
         pytest.skip(f"the {kernel_type} spec lists no non-contiguous arguments")
     dtype = torch.float16
-    inputs = list(_inputs(kernel_type, dict(spec.shape_sets["cpu"][-1]), dtype, seed=1))
+    inputs = list(make_inputs(kernel_type, dict(spec.shape_sets["cpu"][-1]), dtype, seed=1))
     for i in spec.noncontiguous_args:
         inputs[i] = _strided(inputs[i], layout)
         assert not inputs[i].is_contiguous()
-    run_and_check(_module(kernel_type), kernel_type, tuple(inputs), dtype)
+    run_and_check(starter_module(kernel_type), kernel_type, tuple(inputs), dtype)
 
 
 def _config_points(kernel_type: str) -> list:
@@ -195,11 +131,11 @@ def test_config_points(kernel_type: str, config: dict, tmp_path: Path) -> None:
     assert kf.config == config
     path = tmp_path / f"{kernel_type}.py"
     path.write_text(kf.source)
-    module = _import(path)
+    module = load_fresh(path)
     spec = get_spec(kernel_type)
     for shape in spec.shape_sets["cpu"]:
         dtype = spec.dtypes[0]
-        run_and_check(module, kernel_type, _inputs(kernel_type, dict(shape), dtype, seed=2), dtype)
+        run_and_check(module, kernel_type, make_inputs(kernel_type, dict(shape), dtype, seed=2), dtype)
 
 
 def _variant_cases() -> list:
@@ -219,14 +155,14 @@ def _variant_cases() -> list:
 def test_every_variant_on_cpu_and_edge_shapes(kernel_type: str, point: dict) -> None:
     """Each algorithm variant (and load policy) is correct on its own (the shape may still redirect it, e.g. wide
     rows)."""
-    module = _module(kernel_type)
+    module = starter_module(kernel_type)
     spec = get_spec(kernel_type)
     saved = module.CONFIG
     module.CONFIG = {**saved, **point}  # kernel_fn reads the module's CONFIG on every call
     try:
         for shape in spec.shapes("cpu", "edge"):
             dtype = spec.dtypes[-1]
-            run_and_check(module, kernel_type, _inputs(kernel_type, shape, dtype, seed=3), dtype)
+            run_and_check(module, kernel_type, make_inputs(kernel_type, shape, dtype, seed=3), dtype)
     finally:
         module.CONFIG = saved
 
@@ -241,7 +177,7 @@ DEVICE_FACTS = [("reduce", "_processors", "sms"), ("flash_attention", "_sm_count
 def test_device_facts_are_read_once_a_device(kernel_type: str, function: str, expect: str, monkeypatch) -> None:
     """The launchers ask for the SM count / shared memory on every call; the property read (2.0 us on an H100
     host) happens once a device. A fresh module keeps the fake out of the shared modules' caches."""
-    module = _import(KERNELS_DIR / f"{kernel_type}.py")
+    module = load_fresh(KERNELS_DIR / f"{kernel_type}.py")
     reads = []
     props = {0: SimpleNamespace(multi_processor_count=132, shared_memory_per_block_optin=232448),
              1: SimpleNamespace(multi_processor_count=78, shared_memory_per_block_optin=101376)}
@@ -265,25 +201,25 @@ def test_device_facts_are_read_once_a_device(kernel_type: str, function: str, ex
 def test_reduce_persistent_programs_walk_every_row(programs: int, dtype: torch.dtype) -> None:
     """PERSISTENT k launches k programs (the interpreter counts one SM): each walks rows k apart, the last ones
     fewer; 7, 8 and 10 rows (not multiples of 3) catch a walk that stops early or runs past the end."""
-    module = _module("reduce")
+    module = starter_module("reduce")
     saved = module.CONFIG
     module.CONFIG = {**saved, "VARIANT": "row", "PERSISTENT": programs}
     try:
         for shape in ({"M": 7, "N": 200}, {"M": 8, "N": 33}, {"M": 1, "N": 5}, {"B": 2, "M": 5, "N": 65}):
-            run_and_check(module, "reduce", _inputs("reduce", shape, dtype, seed=4), dtype)
+            run_and_check(module, "reduce", make_inputs("reduce", shape, dtype, seed=4), dtype)
     finally:
         module.CONFIG = saved
 
 
 @pytest.mark.parametrize("kernel_type", TYPES)
 def test_deterministic_and_input_dependent(kernel_type: str) -> None:
-    module = _module(kernel_type)
+    module = starter_module(kernel_type)
     spec = get_spec(kernel_type)
     shape, dtype = dict(spec.shape_sets["cpu"][0]), spec.dtypes[0]
-    inputs = _inputs(kernel_type, shape, dtype, seed=4)
+    inputs = make_inputs(kernel_type, shape, dtype, seed=4)
     first, second = module.kernel_fn(*inputs), module.kernel_fn(*inputs)
     assert torch.equal(first, second), f"{kernel_type}: two runs on the same input differ"
-    other = module.kernel_fn(*_inputs(kernel_type, shape, dtype, seed=5))
+    other = module.kernel_fn(*make_inputs(kernel_type, shape, dtype, seed=5))
     assert not torch.equal(first, other), f"{kernel_type}: different inputs gave the same output (cached?)"
 
 
@@ -294,8 +230,8 @@ def test_attention_head_dims_and_ragged_seq(head_dim: int, causal: bool) -> None
     if "flash_attention" not in TYPES:
         pytest.skip("no flash_attention starter")
     shape = {"B": 1, "H": 4, "Hkv": 1, "S": 37, "D": head_dim, "causal": causal}
-    run_and_check(_module("flash_attention"), "flash_attention", _inputs("flash_attention", shape, torch.float16),
-                  torch.float16)
+    inputs = make_inputs("flash_attention", shape, torch.float16)
+    run_and_check(starter_module("flash_attention"), "flash_attention", inputs, torch.float16)
 
 
 @pytest.mark.parametrize("config", [{"BLOCK_M": 32, "BLOCK_N": 128}, {"BLOCK_M": 128, "BLOCK_N": 16}])
@@ -303,81 +239,15 @@ def test_attention_odd_set_with_unequal_blocks(config: dict) -> None:
     """S=333 (the spec's odd set), H=3 over Hkv=1, with query and key blocks of very different sizes."""
     if "flash_attention" not in TYPES:
         pytest.skip("no flash_attention starter")
-    module = _module("flash_attention")
+    module = starter_module("flash_attention")
     saved = module.CONFIG
     module.CONFIG = {**saved, **config}
     try:
         for shape in get_spec("flash_attention").shape_sets["odd"]:
-            run_and_check(module, "flash_attention", _inputs("flash_attention", dict(shape), torch.bfloat16),
+            run_and_check(module, "flash_attention", make_inputs("flash_attention", dict(shape), torch.bfloat16),
                           torch.bfloat16)
     finally:
         module.CONFIG = saved
-
-
-HOPPER = DEVICE.type == "cuda" and torch.cuda.get_device_capability(DEVICE)[0] == 9
-
-
-class LaunchSpy:
-    """Stands in for a @triton.jit (or gluon.jit) kernel: records each launch's keyword arguments (and, in `args`,
-    its positional ones), then launches."""
-
-    def __init__(self, kernel) -> None:
-        self.kernel = kernel
-        self.launches: list[dict] = []
-        self.args: list[tuple] = []
-
-    def __getitem__(self, grid):
-        launcher = self.kernel[grid]
-
-        def launch(*args, **kwargs):
-            self.launches.append(kwargs)
-            self.args.append(args)
-            return launcher(*args, **kwargs)
-
-        return launch
-
-
-def run_spied(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple],
-              dtype) -> dict[str, LaunchSpy]:
-    """Run a starter with `config` on each case (checked against the reference), its named kernels spied on:
-    the spy of each kernel, by name."""
-    module = _module(kernel_type)
-    saved_config = module.CONFIG
-    saved = {name: getattr(module, name) for name in kernel_names}
-    spies = {name: LaunchSpy(kernel) for name, kernel in saved.items()}
-    module.CONFIG = {**saved_config, **config}
-    for name, spy in spies.items():
-        setattr(module, name, spy)
-    try:
-        for inputs in cases:
-            run_and_check(module, kernel_type, inputs, dtype)
-    finally:
-        module.CONFIG = saved_config
-        for name, kernel in saved.items():
-            setattr(module, name, kernel)
-    return spies
-
-
-def run_with_spies(kernel_type: str, config: dict, kernel_names: tuple[str, ...], cases: list[tuple],
-                   dtype) -> dict[str, list[dict]]:
-    """run_spied's launches of each kernel (their keyword arguments), by name."""
-    spies = run_spied(kernel_type, config, kernel_names, cases, dtype)
-    return {name: spy.launches for name, spy in spies.items()}
-
-
-# Every kernel the launcher of a starter with a Gluon variant may pick, so a count shows which one ran and that
-# nothing ran after it (a fall-through past the Gluon launch would show as a second kernel).
-LAUNCHABLE = {
-    "flash_attention": ("_attn_fwd_gluon_ws", "_attn_fwd_tma", "_attn_fwd"),
-    "fused_mlp": ("_gate_up_gluon", "_gate_up_tma", "_gate_up_kernel"),
-    "matmul": ("_matmul_gluon", "_matmul_tma", "_matmul_tma_persistent", "_matmul_tiled", "_matmul_persistent"),
-}
-
-
-def launch_counts(kernel_type: str, config: dict, cases: list, dtype: torch.dtype) -> dict[str, int]:
-    """run_with_spies over every kernel of LAUNCHABLE[kernel_type]: the launches of those that ran, by name."""
-    launches = run_with_spies(kernel_type, config, LAUNCHABLE[kernel_type], cases, dtype)
-    return {name: len(calls) for name, calls in launches.items() if calls}
 
 
 @pytest.mark.skipif(not HOPPER, reason="VARIANT gluon_ws runs on sm_90 GPUs only (compiled for sm_90 on the CPU above)")
@@ -411,7 +281,7 @@ def test_gluon_attention_on_hopper(shape: dict, config: dict, sm_scale: float | 
     """VARIANT gluon_ws against the reference (the spec's inputs and its peaked_scores stress case), and the
     kernel that ran is the one the launcher's rule picks: the Gluon kernel, or the tma kernel where it falls
     back (each launch counted, so a fall-through after the Gluon launch would show)."""
-    inputs = _inputs("flash_attention", shape, dtype, seed=3)
+    inputs = make_inputs("flash_attention", shape, dtype, seed=3)
     if sm_scale is not None:
         inputs = (*inputs[:4], sm_scale)
     peaked = next(c for c in get_spec("flash_attention").stress_cases if c.name == "peaked_scores")
@@ -427,7 +297,7 @@ def test_gluon_attention_on_hopper(shape: dict, config: dict, sm_scale: float | 
 ], ids=["fp32-pointer", "strided-tma"])
 def test_gluon_attention_fallbacks_on_hopper(dtype: torch.dtype, layout: str, kernel: str) -> None:
     shape = {"B": 1, "H": 4, "Hkv": 2, "S": 256, "D": 128, "causal": True}
-    inputs = list(_inputs("flash_attention", shape, dtype, seed=5))
+    inputs = list(make_inputs("flash_attention", shape, dtype, seed=5))
     if layout == "transposed":
         inputs[:3] = [x.transpose(1, 2).contiguous().transpose(1, 2) for x in inputs[:3]]
     assert launch_counts("flash_attention", {"VARIANT": "gluon_ws"}, [tuple(inputs)], dtype) == {kernel: 1}
@@ -440,11 +310,11 @@ def test_strided_inputs_beyond_the_spec(kernel_type: str) -> None:
     if kernel_type not in TYPES:
         pytest.skip(f"no {kernel_type} starter")
     spec = get_spec(kernel_type)
-    inputs = list(_inputs(kernel_type, dict(spec.shape_sets["cpu"][0]), torch.float16, seed=6))
+    inputs = list(make_inputs(kernel_type, dict(spec.shape_sets["cpu"][0]), torch.float16, seed=6))
     for i, x in enumerate(inputs):
         if isinstance(x, torch.Tensor) and x.dim() >= 2:
             inputs[i] = _strided(x, "transposed")
-    run_and_check(_module(kernel_type), kernel_type, tuple(inputs), torch.float16)
+    run_and_check(starter_module(kernel_type), kernel_type, tuple(inputs), torch.float16)
 
 
 def _stress_cases() -> list:
@@ -459,7 +329,7 @@ def test_stress_cases(kernel_type: str, case_name: str, dtype: torch.dtype) -> N
     case = next(c for c in spec.stress_cases if c.name == case_name)
     for shape in spec.shapes("cpu"):
         gen = torch.Generator(device=DEVICE).manual_seed(7)
-        run_and_check(_module(kernel_type), kernel_type, case.make_inputs(shape, dtype, DEVICE, gen), dtype)
+        run_and_check(starter_module(kernel_type), kernel_type, case.make_inputs(shape, dtype, DEVICE, gen), dtype)
 
 
 # -- GPU compile without a GPU: every @triton.jit kernel lowered to sm_90 PTX/cubin -----------------
@@ -556,13 +426,13 @@ def compile_sm90(kernel_type: str, kernel_name: str, dtype: str, constexprs: dic
     from triton.compiler import ASTSource
     from triton.compiler import compile as triton_compile
 
-    fn = getattr(_module(kernel_type), kernel_name)
+    fn = getattr(starter_module(kernel_type), kernel_name)
     constexprs = dict(constexprs)
     stages = constexprs.pop("num_stages", 3)
     descriptors = constexprs.pop("_DESC", {})
     constexprs.pop("_ID", None)
     if "_CFG" in constexprs:  # BLOCK_K and stages as the launcher picks them for this CONFIG
-        module = _module(kernel_type)
+        module = starter_module(kernel_type)
         cfg = {**module.CONFIG, **constexprs.pop("_CFG")}
         constexprs["BLOCK_K"], stages = module._pipeline(cfg, torch.bfloat16, 2, H100_SMEM_BYTES)
         descriptors = {k: [v[0], constexprs["BLOCK_K"]] if k != "c_desc" else v for k, v in descriptors.items()}
@@ -650,7 +520,7 @@ def _compile_gluon_sm90(fn, dtype: str, blocks: dict[str, list[int]], consts: di
 def compile_gluon_attention_sm90(case: dict) -> dict:
     """_attn_fwd_gluon_ws as the launcher calls it (128-row query blocks, D = 128): shared bytes, the PTX's
     overlap waits and register reallocation."""
-    module = _module("flash_attention")
+    module = starter_module("flash_attention")
     consts = {k: v for k, v in case.items() if k != "dtype"} | {
         "BLOCK_M": 128, "BLOCK_D": 128, "REVERSE": True, "NEG_SCALE": False, "CONSUMER_REGS": module._WS_CONSUMER_REGS}
     rows = {"q_desc": 64, "k_desc": case["BLOCK_N"], "v_desc": case["BLOCK_N"], "o_desc": 64}
@@ -672,7 +542,7 @@ GLUON_SM90_GEMM = {
 def compile_gluon_gemm_sm90(case: dict) -> dict:
     """The kernel as its launcher builds it, with its stage count and the wgmma width it should issue (the MLP's
     gate and up side by side: twice the tile)."""
-    module = _module(case["type"])
+    module = starter_module(case["type"])
     bn = case["BLOCK_N"]
     stages = module._gluon_stage_count({**module.CONFIG, "GL_BLOCK_N": bn}, 2, H100_SMEM_BYTES)
     consts = {"GROUP_M": module.CONFIG["GROUP_M"], "STAGES": stages, "CONSUMER_REGS": module._WS_CONSUMER_REGS}

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from test_triton_starters import HOPPER, _inputs, _module, launch_counts, run_with_spies
+from starter_run import HOPPER, launch_counts, make_inputs, run_with_spies, starter_module
 
 from autokernel_ci.specs import get_spec
 
@@ -23,12 +23,12 @@ def _run_with_spy(kernel_type: str, config: dict, kernel_names: tuple[str, ...],
 
 
 def _spec_cases(kernel_type: str, dtype, *sets: str, seed: int = 7) -> list[tuple]:
-    return [_inputs(kernel_type, shape, dtype, seed=seed) for shape in get_spec(kernel_type).shapes(*sets)]
+    return [make_inputs(kernel_type, shape, dtype, seed=seed) for shape in get_spec(kernel_type).shapes(*sets)]
 
 
 def _weight_case(shape: dict, dtype, seed: int) -> tuple:
     """a and b = weight.T for an nn.Linear weight [N, K]: b itself has no contiguous rows, b.T does."""
-    a, b = _inputs("matmul", shape, dtype, seed=seed)
+    a, b = make_inputs("matmul", shape, dtype, seed=seed)
     return a, b.T.contiguous().T
 
 
@@ -73,7 +73,7 @@ def test_matmul_gluon_variant_falls_back_off_hopper(dtype) -> None:
         "ungrouped", "bm64-tma", "unaligned-tiled"])
 def test_matmul_gluon_on_hopper(shape: dict, weight: bool, config: dict, kernel: str, dtype) -> None:
     """VARIANT gluon against the reference, and the kernel that ran is the one the launcher's rule picks."""
-    cases = [_weight_case(shape, dtype, 12) if weight else _inputs("matmul", shape, dtype, seed=12)]
+    cases = [_weight_case(shape, dtype, 12) if weight else make_inputs("matmul", shape, dtype, seed=12)]
     assert launch_counts("matmul", {"VARIANT": "gluon", **config}, cases, dtype) == {kernel: 1}
 
 
@@ -150,7 +150,7 @@ def test_fused_mlp_gluon_variant_falls_back_off_hopper(dtype) -> None:
         "mm-bm64", "mlp-bm64"])
 def test_gluon_stage_count(kernel_type: str, config: dict, smem: int, stages: int) -> None:
     """The ring depth the launcher gives a Gluon GEMM (16-bit elements) for a CONFIG and a shared-memory size."""
-    module = _module(kernel_type)
+    module = starter_module(kernel_type)
     assert module._gluon_stage_count({**module.CONFIG, **config}, 2, smem) == stages
 
 
@@ -175,7 +175,7 @@ def test_unknown_variant_is_named(kernel_type: str) -> None:
 ], ids=["ragged", "half-tile", "persistent", "64-wide-2-stages", "ungrouped", "bm64-tma", "unaligned-pointer"])
 def test_fused_mlp_gluon_on_hopper(shape: dict, config: dict, kernel: str, dtype) -> None:
     """VARIANT gluon against the reference, and the kernel that ran is the one the launcher's rule picks."""
-    cases = [_inputs("fused_mlp", shape, dtype, seed=11)]
+    cases = [make_inputs("fused_mlp", shape, dtype, seed=11)]
     assert launch_counts("fused_mlp", {"VARIANT": "gluon", **config}, cases, dtype) == {kernel: 1}
 
 
@@ -195,10 +195,10 @@ def test_attention_descriptor_variant_flat_and_4d(dtype) -> None:
     # [B*H*S, D] descriptors; ragged S (24, 1, 17, 333) and a [B,S,H,D] projection viewed as
     # [B,H,S,D] (not contiguous) take the 4-d view.
     flat = {"B": 1, "H": 4, "Hkv": 2, "S": 64, "D": 32, "causal": True}
-    q, k, v, causal, scale = _inputs("flash_attention", {**flat, "H": 4, "Hkv": 4}, dtype, seed=9)
+    q, k, v, causal, scale = make_inputs("flash_attention", {**flat, "H": 4, "Hkv": 4}, dtype, seed=9)
     strided = (q.transpose(1, 2).contiguous().transpose(1, 2), k, v, causal, scale)
-    cases = [_inputs("flash_attention", flat, dtype, seed=9), _inputs("flash_attention", {**flat, "causal": False},
-                                                                     dtype, seed=10), strided]
+    cases = [make_inputs("flash_attention", flat, dtype, seed=9),
+             make_inputs("flash_attention", {**flat, "causal": False}, dtype, seed=10), strided]
     cases += _spec_cases("flash_attention", dtype, "cpu", "edge", "odd")
     launches = _run_with_spy("flash_attention", {"VARIANT": "tma", "BLOCK_M": 32, "BLOCK_N": 16},
                              ("_attn_fwd_tma",), cases, dtype)
