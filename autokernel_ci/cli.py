@@ -121,6 +121,9 @@ def add_loop_arguments(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> 
     p.add_argument("--verify-every", action="store_true",
                    help="verify every search-agent candidate before timing it (default: time it first and verify "
                    "only one faster than the best; nothing unverified is ever kept)")
+    p.add_argument("--confirm-pairs", type=_number(int, "--confirm-pairs", 0, "2"), default=None, metavar="N",
+                   help="re-time a candidate that beats the best in turn with it N times (best first) and keep it "
+                   "only if it wins every time (default 2; 0 keeps on the first timing)")
     p.add_argument("--quiet", action="store_true", help="no per-experiment lines (the summary table is still printed)")
 
 

@@ -90,6 +90,9 @@
 #          fused MLP, then the fp32 matmul's F32_BLOCK_K 16 points (benchmarks/variants/matmul_fp32_k16.json) timed.
 #   gpu24b: the search agent (bf16, LLaMA-7B, 0.75 min) on softmax, layernorm, cross entropy (search21a's other half);
 #          the GEMMs' fp32 table rows (ours / eager / compile in turn three times).
+#   evict25: the Triton cross entropy's EVICT_FIRST default against it off, alternating three times, bf16 at the LLaMA
+#          shapes and fp16 at GPT-2's (the search agent kept it off on four H100 runs by 1.1-1.4%; the H200's `evict`
+#          round measured it on 1.6% faster).
 #   search24c: the search agent (bf16, LLaMA-7B, 0.75 min) on all nine types in one run: one table at one code state
 #          (gpu24b took 143 s for three types; nine need ~430 s of one call).
 #   search24d: the same at fp16 on the GPT-2 shapes (the issue's second shape set; its last table is rounds
@@ -767,6 +770,12 @@ case "${1:-check}" in
       tests/kernels/test_triton_starters.py
     step 100 variants_fp32_k16 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
       --variants benchmarks/variants/matmul_fp32_k16.json --sets llama7b,odd,edge --out "$out/mm_fp32_k16"
+    ;;
+  evict25)  # see the list above
+    step 120 evict_bf16 python3 benchmarks/variants_gpu.py cross_entropy --backend triton \
+      --variants benchmarks/variants/cross_entropy_evict_off.json --sets odd,llama7b --out "$out/bf16"
+    step 120 evict_fp16 python3 benchmarks/variants_gpu.py cross_entropy --backend triton --dtype fp16 \
+      --variants benchmarks/variants/cross_entropy_evict_off.json --sets odd,gpt2 --time-set gpt2 --out "$out/fp16"
     ;;
   search24c)  # see the list above
     step 540 search_all python3 benchmarks/search_agent_gpu.py --minutes 0.75 --out "$out/search_all"

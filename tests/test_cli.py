@@ -59,11 +59,11 @@ def test_help_of_every_command_imports_no_torch_or_litellm():
 
 NEW_FLAGS = {
     "optimize": ["--workers", "--seed", "--patience", "--verify-shapes", "--timeout", "--quiet", "--verify-every",
-                 "--max-usd",
-                 "--llm-model", "--resume", "--budget-minutes", "--max-experiments", "--agent"],
+                 "--confirm-pairs", "--max-usd", "--llm-model", "--resume", "--budget-minutes", "--max-experiments",
+                 "--agent"],
     "run": ["--github", "--local", "--top", "--max-usd", "--llm-model", "--resume", "--repo", "--workers", "--seed",
-            "--patience", "--verify-shapes", "--timeout", "--quiet", "--verify-every", "--run-dir", "--config",
-            "--example"],
+            "--patience", "--verify-shapes", "--timeout", "--quiet", "--verify-every", "--confirm-pairs", "--run-dir",
+            "--config", "--example"],
     "publish": ["--config", "--json", "--repo", "--local", "--github"],
     "verify": ["--dtypes", "--shapes", "--seed", "--timeout"],
     "bench": ["--dtypes", "--no-compile"],
@@ -88,6 +88,8 @@ def test_help_lists_the_flags(command):
     (["optimize", "--plan", "p.json", "--run-dir", "r", "--max-usd", "-1"], ["--max-usd", "-1", "--max-usd 5"]),
     (["optimize", "--plan", "p.json", "--run-dir", "r", "--budget-minutes", "soon"], ["'soon'", "--budget-minutes"]),
     (["optimize", "--plan", "p.json", "--run-dir", "r", "--timeout", "0"], ["--timeout", "above 0"]),
+    (["optimize", "--plan", "p.json", "--run-dir", "r", "--confirm-pairs", "-1"],
+     ["--confirm-pairs", "-1", "at least 0", "--confirm-pairs 2"]),
     (["run", "--top", "0"], ["--top", "0", "at least 1"]),
     (["run", "--repo", "/no/such/dir"], ["/no/such/dir", "--repo ."]),
     (["run", "--local", "--github"], ["--github", "--local"]),
@@ -154,8 +156,9 @@ def test_optimize_flags_reach_the_loop_settings(tmp_path, monkeypatch):
         main(["optimize", "--plan", str(_plan(tmp_path)), "--run-dir", str(tmp_path / "run"), "--device", "cpu",
               "--budget-minutes", "7", "--max-experiments", "3", "--max-usd", "2.5", "--workers", "2", "--seed", "11",
               "--patience", "4", "--verify-shapes", "cpu, edge", "--timeout", "90", "--quiet", "--resume",
-              "--shard", "1/1", "--verify-every"])
+              "--shard", "1/1", "--verify-every", "--confirm-pairs", "0"])
     s = seen["settings"]
+    assert s.confirm_pairs == 0  # keeps on the first timing
     assert (s.budget.minutes, s.budget.experiments, s.budget.usd) == (7.0, 3, 2.5)
     assert (s.workers, s.seed, s.patience, s.timeout_s, s.quiet) == (2, 11, 4, 90.0, True)
     assert s.screen is False  # --verify-every: every candidate verified before it is timed
@@ -203,6 +206,7 @@ def test_run_flags_reach_the_pipeline_and_the_loop(tmp_path, monkeypatch):
     assert (s.workers, s.seed, s.patience, s.timeout_s, s.verify_shape_sets, s.quiet) == (3, 5, 2, 60.0, ("cpu",),
                                                                                            True)
     assert s.screen is True  # without --verify-every, search candidates are timed first
+    assert s.confirm_pairs == 2  # without --confirm-pairs, a keep is re-timed in turn twice
     assert loop_pkg.LoopSettings is original  # the hand-over is undone after the run
 
 

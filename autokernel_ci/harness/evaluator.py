@@ -17,7 +17,9 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_ci import kernelfile
+from autokernel_ci.harness import confirm as confirm_mod
 from autokernel_ci.harness import sandbox
+from autokernel_ci.harness.confirm import ConfirmRequest
 from autokernel_ci.harness.decide import Decision
 from autokernel_ci.harness.devices import default_device
 from autokernel_ci.harness.protocol import PROGRESS_FILE, Channel, ChannelClosed, ChannelTimeout
@@ -275,18 +277,36 @@ class Evaluator:
                  extra_shapes: Sequence[dict] = (), bench_shapes: Sequence[dict] | None = None,
                  dtype: Any = None, baselines: bool = True, seed: int | None = None,
                  label: str = "<source>",
-                 screen: Callable[[Timing], Decision] | None = None) -> tuple[Verdict, BenchResult | None]:
+                 screen: Callable[[Timing], Decision] | None = None,
+                 confirm: ConfirmRequest | None = None) -> tuple[Verdict, BenchResult | None]:
         """Verify, then (only if it passed) benchmark. `dtype` restricts both to the model's dtype;
         `baselines=False` times the candidate alone (eager/compile already known to the caller).
 
         `screen` (decide() against the best so far, e.g. `functools.partial(decide, best=timing)`) turns the
         order round for a candidate that only matters if it is faster: benchmark first, verify only one the
         screen keeps. A slower one comes back as Status.UNVERIFIED with its timings and no stage run; nothing
-        unverified is ever kept, and a benchmark that caught cheating still rejects it (Status.FAIL)."""
+        unverified is ever kept, and a benchmark that caught cheating still rejects it (Status.FAIL).
+
+        `confirm` (harness.confirm.ConfirmRequest: the best's source and timing, the loop's decide()) re-times a
+        passed candidate that decide() would keep in turn with the best, and puts the Confirmation on the
+        BenchResult (`confirmation`); the loop keeps only a confirmed one."""
         dtypes = [dtype] if dtype is not None else None
         verify = dict(shape_sets=verify_shape_sets, extra_shapes=extra_shapes, seed=seed, dtypes=dtypes, label=label)
         if screen is not None:
-            return self._screened(source, screen, verify, bench_shapes=bench_shapes, baselines=baselines)
+            verdict, result = self._screened(source, screen, verify, bench_shapes=bench_shapes, baselines=baselines)
+        else:
+            verdict, result = self._verified_first(source, verify, bench_shapes=bench_shapes, baselines=baselines)
+        if confirm is not None and verdict.passed and result is not None and result.rows:
+            t0 = time.perf_counter()
+            self._confirm(source, confirm, verdict, result, bench_shapes=bench_shapes, dtypes=dtypes)
+            verdict.duration_s = round(verdict.duration_s + time.perf_counter() - t0, 3)
+            if not verdict.passed:  # its re-timing caught it cheating: no timings go back with a rejection
+                return verdict, None
+        return verdict, result
+
+    def _verified_first(self, source: str, verify: dict[str, Any], *, bench_shapes: Sequence[dict] | None,
+                        baselines: bool) -> tuple[Verdict, BenchResult | None]:
+        dtypes, label = verify["dtypes"], verify["label"]
         verdict = self.verify_source(source, **verify)
         if not verdict.passed:
             return verdict, None
@@ -299,6 +319,32 @@ class Evaluator:
         fold_bench_checks(verdict, result)
         verdict.duration_s = round(verdict.duration_s + time.perf_counter() - t0, 3)
         return verdict, result
+
+    def _confirm(self, source: str, request: ConfirmRequest, verdict: Verdict, result: BenchResult, *,
+                 bench_shapes: Sequence[dict] | None, dtypes: Sequence[Any] | None) -> None:
+        """Re-time a passed candidate that decide() would keep, best first in each of `request.pairs` pairs, at the
+        same shapes and dtype without baselines; the Confirmation goes on `result`. A check the candidate's
+        re-timing fails (tampering, below the physical floor) rejects it, as in its first benchmark."""
+        if not request.decide(result.total(), request.best).keep:
+            return  # the loop reverts it anyway: nothing to confirm
+        pairs: list[tuple[Timing, Timing]] = []
+        for _ in range(request.pairs):
+            pair = []
+            for which, timed_source in (("best", request.best_source), ("candidate", source)):
+                bench = self.bench_source(timed_source, shapes=bench_shapes, dtypes=dtypes, compile_baseline=False,
+                                          eager_baseline=False, label=f"{verdict.kernel} (confirm: {which})")
+                if isinstance(bench, Verdict) or not bench.rows:
+                    why = bench.reason if isinstance(bench, Verdict) else "the benchmark returned no timings"
+                    done = [(b.median_us, c.median_us) for b, c in pairs]
+                    result.confirmation = confirm_mod.failed(f"re-timing the {which} failed: {why}", done).to_dict()
+                    return
+                if which == "candidate":
+                    fold_bench_checks(verdict, bench)
+                    if not verdict.passed:
+                        return
+                pair.append(bench.total())
+            pairs.append((pair[0], pair[1]))
+        result.confirmation = confirm_mod.judge(pairs, request.decide).to_dict()
 
     def _screened(self, source: str, screen: Callable[[Timing], Decision], verify: dict[str, Any], *,
                   bench_shapes: Sequence[dict] | None, baselines: bool) -> tuple[Verdict, BenchResult | None]:

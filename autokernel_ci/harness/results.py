@@ -119,6 +119,8 @@ class BenchResult:
     ceiling_source: str = ""  # "gpu_specs:<key>" or "calibrated"
     note: str = ""  # e.g. CPU timings of interpreted kernels mean nothing
     checks: dict[str, str] = field(default_factory=dict)  # e.g. below_physical_floor -> "pass" / "fail: ..."
+    # harness.confirm.Confirmation.to_dict(): a keep re-timed in turn with the best (None: not asked, or not a keep)
+    confirmation: dict[str, Any] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return _plain(asdict(self))

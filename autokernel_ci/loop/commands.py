@@ -26,7 +26,8 @@ from autokernel_ci.plan import Plan, PlanError
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 # the add_loop_arguments options -> LoopSettings fields
 LOOP_OPTIONS = {"workers": "workers", "seed": "seed", "patience": "patience", "timeout": "timeout_s",
-                "verify_shapes": "verify_shape_sets", "verify_every": "screen", "quiet": "quiet"}
+                "verify_shapes": "verify_shape_sets", "verify_every": "screen", "confirm_pairs": "confirm_pairs",
+                "quiet": "quiet"}
 
 
 def _default_device() -> str:

@@ -26,6 +26,7 @@ from typing import Any
 
 from autokernel_ci import __version__
 from autokernel_ci.agents.base import Agent, AgentState, Proposal, config_hash, family_hash
+from autokernel_ci.harness.confirm import DEFAULT_PAIRS, Confirmation, ConfirmRequest
 from autokernel_ci.harness.results import BenchResult, Status, Timing, Verdict
 from autokernel_ci.kernelfile import KernelFile, KernelFileError, parse
 from autokernel_ci.loop.budget import Budget, BudgetUse, stop_reason
@@ -69,6 +70,10 @@ class LoopSettings:
     # reverted unverified (nothing unverified is ever kept). LLM candidates are always verified: their reply
     # to a failed stage is the next attempt.
     screen: bool = True
+    # A candidate decide() would keep is re-timed in turn with the best this many times (best first in each pair)
+    # and kept only if it wins every pair (harness/confirm.py: drift between timings seconds apart made a
+    # launch-identical CONFIG look 2.3% faster on an H100). 0: keep on the first timing.
+    confirm_pairs: int = DEFAULT_PAIRS
     quiet: bool = False
 
     def to_dict(self) -> dict[str, Any]:
@@ -296,6 +301,10 @@ class Orchestrator:
         if (self.settings.screen and not job.baseline and job.proposal.agent == SCREENED_AGENT
                 and state.best_timing is not None):
             kwargs["screen"] = functools.partial(self._decide_fn(), best=state.best_timing)
+        if (self.settings.confirm_pairs > 0 and not job.baseline and state.best is not None
+                and state.best_timing is not None):
+            kwargs["confirm"] = ConfirmRequest(state.best.source, state.best_timing, self._decide_fn(),
+                                               self.settings.confirm_pairs)
         return kwargs
 
     def _decide_fn(self) -> Any:
@@ -352,6 +361,11 @@ class Orchestrator:
                     record["status"], record["reason"] = "crash", f"decide() failed: {type(exc).__name__}: {exc}"
                 else:
                     record.update(extra)
+                    if keep and bench.confirmation is not None:
+                        confirmation = Confirmation.from_dict(bench.confirmation)
+                        record["confirm"] = bench.confirmation
+                        if not confirmation.confirmed:
+                            keep, record["decision"] = False, f"{record['decision']}; {confirmation.reason}"
                     record["status"] = "kept" if keep and verdict.passed else "reverted"
             elif verdict.status is Status.PASS:
                 record["status"], record["reason"] = "crash", "verified but the benchmark returned no timings"

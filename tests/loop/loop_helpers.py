@@ -41,3 +41,12 @@ def always_better(candidate, best):
     from autokernel_ci.harness import Decision
 
     return Decision(True, best.median_us / candidate.median_us, 0.0, "faster: the test's decide keeps everything")
+
+
+def hundred_times_faster(candidate, best):
+    """A LoopSettings.decide that keeps only a 100x gain: none between CONFIG points of one starter on the CPU, so
+    only a best recorded far slower than it runs (a stale timing) can be beaten."""
+    from autokernel_ci.harness import Decision
+
+    speedup = best.median_us / candidate.median_us
+    return Decision(speedup > 100.0, speedup, 0.0, f"{speedup:.3g}x: the test's decide keeps only a 100x gain")

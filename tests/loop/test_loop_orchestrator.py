@@ -130,3 +130,28 @@ def test_a_slow_baseline_does_not_keep_the_first_experiment_from_starting(tmp_pa
     summary = optimize(make_plan(DEFAULT_ONE), run, _settings(budget=Budget(minutes=1, experiments=2)), resume=True)
     assert summary["experiments"] == 2, summary["stopped"]
     assert [r["n"] for r in read_journal(run)] == [0, 1, 2]
+
+
+@pytest.mark.timeout(300)
+def test_a_keep_against_a_stale_best_is_retimed_before_it_is_kept(tmp_path):
+    # The best's record claims 1e6 times what it takes (drift between timings, made extreme): each candidate beats
+    # it by 100x on paper. Re-timed in turn, the starter and its CONFIG points run alike, and nothing is kept
+    # (with confirm_pairs 0 the first would be, on its first timing).
+    run = tmp_path / "run"
+    optimize(make_plan(DEFAULT_ONE), run, _settings(budget=Budget(minutes=None, experiments=0)))
+    (baseline,) = read_journal(run)
+    for key in ("median_us", "p20_us", "p80_us"):
+        baseline[key] *= 1e6
+    (run / "journal.jsonl").write_text(json.dumps(baseline) + "\n")
+    settings = _settings(budget=Budget(experiments=2), decide="loop_helpers:hundred_times_faster")
+    assert settings.confirm_pairs == 2  # the default
+    summary = optimize(make_plan(DEFAULT_ONE), run, settings, resume=True)
+    _, *experiments = read_journal(run)
+    assert [r["status"] for r in experiments] == ["reverted", "reverted"], [r.get("decision") for r in experiments]
+    for r in experiments:
+        assert set(r["stages"].values()) == {"pass"}  # screened in against the stale best, then verified
+        assert r["confirm"]["confirmed"] is False and len(r["confirm"]["pairs"]) == 2
+        assert "; not confirmed in turn (pair 1 of 2)" in r["decision"], r["decision"]
+        for best_us, candidate_us in r["confirm"]["pairs"]:
+            assert 0 < best_us < baseline["median_us"] / 100 and candidate_us > 0  # the best re-timed, not read back
+    assert summary["ops"]["rmsnorm-0"]["best_us"] == baseline["median_us"]  # the starter stays the best

@@ -1,0 +1,66 @@
+"""Confirm a keep: the candidate and the best re-timed in turn before the loop keeps anything.
+
+decide() compares a candidate's timing with the best's, measured earlier in the run. Its noise is the spread inside
+one timing, which misses the drift between timings taken seconds apart: on an H100 the search agent kept a softmax
+CONFIG whose launches were those of the starter (VARIANT "multirow" where "auto" already picks it) as 2.3% faster,
+9.10 us gained against 5.42 us of measured noise (fp16, GPT-2 shapes, round `search24d`). Re-timing both, best first
+in each pair (a GPU that runs the first point of a pair faster favours the best, not the candidate), and keeping only
+a candidate that wins every pair beyond noise turns that drift into a reverted experiment.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from autokernel_ci.harness.decide import Decision
+from autokernel_ci.harness.results import Timing
+
+DEFAULT_PAIRS = 2  # best, candidate, best, candidate: ~4 benchmarks (1-8 s) for the 1-3 keeps of a 45 s type run
+
+
+@dataclass(frozen=True)
+class ConfirmRequest:
+    """What Evaluator.evaluate needs to confirm a keep: the best's source and timing, the loop's decide()."""
+
+    best_source: str
+    best: Timing
+    decide: Callable[[Timing, Timing], Decision]
+    pairs: int = DEFAULT_PAIRS
+
+    def __post_init__(self) -> None:
+        if self.pairs < 1:
+            raise ValueError(f"confirm pairs must be at least 1, got {self.pairs}: give 1 or more (or no request)")
+
+
+@dataclass(frozen=True)
+class Confirmation:
+    confirmed: bool
+    reason: str
+    pairs: list[tuple[float, float]] = field(default_factory=list)  # (best_us, candidate_us), in the order timed
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"confirmed": self.confirmed, "reason": self.reason, "pairs": [list(p) for p in self.pairs]}
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Confirmation:
+        return cls(bool(d["confirmed"]), str(d["reason"]), [(float(b), float(c)) for b, c in d.get("pairs", [])])
+
+
+def judge(pairs: Sequence[tuple[Timing, Timing]], decide: Callable[[Timing, Timing], Decision]) -> Confirmation:
+    """Confirmed only if decide() keeps the candidate against the re-timed best in every (best, candidate) pair."""
+    if not pairs:
+        raise ValueError("no re-timed pairs to judge: time the best and the candidate in turn at least once")
+    timed = [(round(b.median_us, 3), round(c.median_us, 3)) for b, c in pairs]
+    for i, (best, candidate) in enumerate(pairs, 1):
+        decision = decide(candidate, best)
+        if not decision.keep:
+            return Confirmation(False, f"not confirmed in turn (pair {i} of {len(pairs)}): {decision.reason}", timed)
+    gains = ", ".join(f"{b / c:.3f}x" for b, c in timed)
+    return Confirmation(True, f"confirmed in turn: won {len(pairs)} of {len(pairs)} pairs ({gains})", timed)
+
+
+def failed(reason: str, pairs: Sequence[tuple[float, float]] = ()) -> Confirmation:
+    """A re-timing that could not finish (the best or the candidate crashed, hung or was rejected): not confirmed."""
+    return Confirmation(False, f"not confirmed: {reason}", list(pairs))
