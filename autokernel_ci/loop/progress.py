@@ -27,6 +27,9 @@ def experiment_line(record: dict[str, Any]) -> str:
     # clipped as verify's table clips it (the journal and the Actions group keep all of it): the H200 example's
     # edge_cases reason ran to 160 characters, and a plain [:80] had cut it mid-sentence with no sign of the cut
     tail = clip(record.get("reason", "")) if record["status"] not in ("kept", "reverted") else ""
+    confirm = record.get("confirm") or {}
+    if record["status"] == "reverted" and confirm and not confirm.get("confirmed"):
+        tail = clip(confirm.get("reason", ""))  # faster on its first timing, so the line alone would not say why
     return (f"#{record['n']:04d} {record['op_id']:<18} {record['status']:<13} {idea:<{IDEA_WIDTH}} "
             f"{_fmt_us(record.get('median_us'))} {f'{speed:.2f}x' if speed else '   --':>7} "
             f"{record.get('duration_s', 0.0):6.1f}s" + (f"  {tail}" if tail else ""))
@@ -116,8 +119,9 @@ class Reporter:
             self._print(line)
             return
         self._print(f"::group::{line}")
-        for key in ("agent", "idea", "reason", "stages", "median_us", "p20_us", "p80_us", "best_us_before",
-                    "speedup_vs_eager", "speedup_vs_compile", "pct_of_ceiling", "source_hash", "slot"):
+        for key in ("agent", "idea", "reason", "decision", "confirm", "stages", "median_us", "p20_us", "p80_us",
+                    "best_us_before", "speedup_vs_eager", "speedup_vs_compile", "pct_of_ceiling", "source_hash",
+                    "slot"):
             if record.get(key) not in (None, "", {}):
                 self._print(f"{key}: {record[key]}")
         self._print("::endgroup::")

@@ -45,6 +45,24 @@ def test_local_line_shows_a_failure_reason_on_one_line_and_marks_a_cut(reason, s
     assert len(shown) <= REASON_WIDTH
 
 
+NOT_CONFIRMED = {"confirmed": False, "pairs": [[388.1, 389.0], [387.9, 388.4]],
+                 "reason": "not confirmed in turn (pair 1 of 2): slower: 389.00 us vs best 388.10 us"}
+
+
+@pytest.mark.parametrize(("confirm", "tail"), [
+    (NOT_CONFIRMED, "  " + NOT_CONFIRMED["reason"]),
+    ({**NOT_CONFIRMED, "confirmed": True, "reason": "confirmed in turn: won 2 of 2 pairs"}, ""),
+    (None, ""),
+])
+def test_a_reverted_line_says_why_only_when_its_keep_was_not_confirmed(confirm, tail):
+    record = {**RECORD, "status": "reverted", "speedup_vs_starter": 1.02, **({"confirm": confirm} if confirm else {})}
+    line = experiment_line(record)
+    assert line.endswith("6.2s" + tail), line
+    out = io.StringIO()
+    Reporter(None, stream=out, env={"GITHUB_ACTIONS": "true"}).experiment(record)
+    assert (f"confirm: {confirm}" in out.getvalue().splitlines()) == bool(confirm)
+
+
 def test_actions_group_keeps_the_whole_reason():
     out = io.StringIO()
     Reporter(None, stream=out, env={"GITHUB_ACTIONS": "true"}).experiment({**RECORD, "status": "rejected",
