@@ -11,7 +11,7 @@ a candidate that wins every pair beyond noise turns that drift into a reverted e
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 from autokernel_ci.harness.decide import Decision
@@ -39,13 +39,20 @@ class Confirmation:
     confirmed: bool
     reason: str
     pairs: list[tuple[float, float]] = field(default_factory=list)  # (best_us, candidate_us), in the order timed
+    # The best's fastest re-timing: the loop's new reference for the best when the keep is not confirmed. Its first
+    # timing was the slow one: compared with it, every later point that runs alike would be screened in, verified
+    # and re-timed again (search24d's softmax: 18 more points at 387.8-389.7 us against the starter's 397.65).
+    best: Timing | None = None
 
     def to_dict(self) -> dict[str, Any]:
-        return {"confirmed": self.confirmed, "reason": self.reason, "pairs": [list(p) for p in self.pairs]}
+        return {"confirmed": self.confirmed, "reason": self.reason, "pairs": [list(p) for p in self.pairs],
+                "best": asdict(self.best) if self.best is not None else None}
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Confirmation:
-        return cls(bool(d["confirmed"]), str(d["reason"]), [(float(b), float(c)) for b, c in d.get("pairs", [])])
+        best = Timing(**d["best"]) if d.get("best") else None
+        return cls(bool(d["confirmed"]), str(d["reason"]), [(float(b), float(c)) for b, c in d.get("pairs", [])],
+                   best)
 
 
 def judge(pairs: Sequence[tuple[Timing, Timing]], decide: Callable[[Timing, Timing], Decision]) -> Confirmation:
@@ -53,12 +60,15 @@ def judge(pairs: Sequence[tuple[Timing, Timing]], decide: Callable[[Timing, Timi
     if not pairs:
         raise ValueError("no re-timed pairs to judge: time the best and the candidate in turn at least once")
     timed = [(round(b.median_us, 3), round(c.median_us, 3)) for b, c in pairs]
+    fastest_best = min((b for b, _ in pairs), key=lambda b: b.median_us)
     for i, (best, candidate) in enumerate(pairs, 1):
         decision = decide(candidate, best)
         if not decision.keep:
-            return Confirmation(False, f"not confirmed in turn (pair {i} of {len(pairs)}): {decision.reason}", timed)
+            return Confirmation(False, f"not confirmed in turn (pair {i} of {len(pairs)}): {decision.reason}", timed,
+                                fastest_best)
     gains = ", ".join(f"{b / c:.3f}x" for b, c in timed)
-    return Confirmation(True, f"confirmed in turn: won {len(pairs)} of {len(pairs)} pairs ({gains})", timed)
+    return Confirmation(True, f"confirmed in turn: won {len(pairs)} of {len(pairs)} pairs ({gains})", timed,
+                        fastest_best)
 
 
 def failed(reason: str, pairs: Sequence[tuple[float, float]] = ()) -> Confirmation:

@@ -216,6 +216,11 @@ class Orchestrator:
             state.streak = 0
         elif record["n"] >= 1:
             state.streak += 1
+            retimed = (record.get("confirm") or {}).get("best")
+            if retimed and state.best is not None and record.get("parent_hash") == state.best.source_hash:
+                # the keep was not confirmed: what the best takes now, not its first timing, is what the next
+                # candidates must beat (harness/confirm.py); rebuilt from the journal on resume
+                state.best_timing = Timing(**retimed)
 
     # -- choosing the next experiment -----------------------------------------------------------------
     def elapsed(self) -> float:

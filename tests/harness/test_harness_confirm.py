@@ -9,6 +9,7 @@ pair against it, whatever the CPU's noise.
 from __future__ import annotations
 
 import functools
+import json
 
 import pytest
 from harness_testlib import FIXTURES, source
@@ -46,6 +47,7 @@ def test_a_keep_is_retimed_in_turn_with_the_best(evaluator, candidate, best_sour
     got = Confirmation.from_dict(result.confirmation)
     assert got.confirmed is confirmed and got.reason.startswith(reason), got.reason
     assert len(got.pairs) == 2  # both pairs timed, then judged
+    assert got.best is not None and got.best.median_us == pytest.approx(min(b for b, _ in got.pairs), abs=1e-3)
     for best_us, candidate_us in got.pairs:
         assert 0 < best_us < 1e12 and 0 < candidate_us  # re-timed now, not the stale record
         assert (candidate_us < best_us) is confirmed
@@ -87,7 +89,8 @@ def test_judge_needs_every_pair_won_beyond_noise(pairs, confirmed, reason):
     got = judge(pairs, decide)
     assert got.confirmed is confirmed and got.reason.startswith(reason), got.reason
     assert got.pairs == [(b.median_us, c.median_us) for b, c in pairs]
-    assert Confirmation.from_dict(got.to_dict()) == got
+    assert got.best == min((b for b, _ in pairs), key=lambda b: b.median_us)  # the loop's new reference if reverted
+    assert Confirmation.from_dict(json.loads(json.dumps(got.to_dict()))) == got
 
 
 def test_a_request_needs_a_pair_and_judging_needs_one():
