@@ -90,6 +90,9 @@
 #          fused MLP, then the fp32 matmul's F32_BLOCK_K 16 points (benchmarks/variants/matmul_fp32_k16.json) timed.
 #   gpu24b: the search agent (bf16, LLaMA-7B, 0.75 min) on softmax, layernorm, cross entropy (search21a's other half);
 #          the GEMMs' fp32 table rows (ours / eager / compile in turn three times).
+#   confirm25: the search agent with keeps confirmed in turn (the loop's new default) on the three types whose keeps
+#          search24c / search24d did not believe (softmax, cross entropy, reduce), fp16 GPT-2 then bf16 LLaMA-7B, 0.75
+#          min: how many keeps survive, and experiments an hour against those rounds.
 #   evict25: the Triton cross entropy's EVICT_FIRST default against it off, alternating three times, bf16 at the LLaMA
 #          shapes and fp16 at GPT-2's (the search agent kept it off on four H100 runs by 1.1-1.4%; the H200's `evict`
 #          round measured it on 1.6% faster).
@@ -770,6 +773,12 @@ case "${1:-check}" in
       tests/kernels/test_triton_starters.py
     step 100 variants_fp32_k16 python3 benchmarks/variants_gpu.py matmul --dtype fp32 \
       --variants benchmarks/variants/matmul_fp32_k16.json --sets llama7b,odd,edge --out "$out/mm_fp32_k16"
+    ;;
+  confirm25)  # see the list above
+    step 200 confirm_gpt2 python3 benchmarks/search_agent_gpu.py --dtype fp16 --shape-set gpt2 --minutes 0.75 \
+      --types softmax,cross_entropy,reduce --out "$out/confirm_gpt2"
+    step 200 confirm_llama python3 benchmarks/search_agent_gpu.py --minutes 0.75 --types softmax,cross_entropy,reduce \
+      --out "$out/confirm_llama"
     ;;
   evict25)  # see the list above
     step 120 evict_bf16 python3 benchmarks/variants_gpu.py cross_entropy --backend triton \

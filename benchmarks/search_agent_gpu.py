@@ -32,7 +32,7 @@ from autokernel_ci.plan import Plan, PlanOp  # noqa: E402
 from autokernel_ci.specs import KERNEL_TYPES, get_spec  # noqa: E402
 
 COLUMNS = ("type", "shapes", "eager_us", "compile_us", "starter_us", "best_us", "pct_of_ceiling", "vs_starter",
-           "vs_eager", "vs_compile", "experiments", "verified", "kept", "exp_per_hour", "stopped")
+           "vs_eager", "vs_compile", "experiments", "verified", "not_confirmed", "kept", "exp_per_hour", "stopped")
 
 
 def one_op_plan(kind: str, dtype: str, shape_set: str = "llama7b") -> Plan:
@@ -46,12 +46,15 @@ def one_op_plan(kind: str, dtype: str, shape_set: str = "llama7b") -> Plan:
     return Plan(model="benchmarks/search_agent_gpu.py", dtype=dtype, device="cuda", ops=[op])
 
 
-def verified_experiments(run: Path) -> int:
-    """Experiments whose stages ran: the loop times a search candidate first and verifies only one faster than the
-    best (--verify-every verifies all)."""
+def journal_counts(run: Path) -> dict[str, int]:
+    """Experiments whose stages ran ("verified": the loop times a search candidate first and verifies only one faster
+    than the best; --verify-every verifies all) and keeps that the re-timing in turn did not confirm
+    ("not_confirmed": faster on a first timing only)."""
     path = run / "journal.jsonl"
     records = [json.loads(line) for line in path.read_text().splitlines() if line.strip()] if path.exists() else []
-    return sum(1 for r in records if is_experiment(r) and set((r.get("stages") or {}).values()) - {"not_run"})
+    experiments = [r for r in records if is_experiment(r)]
+    return {"verified": sum(1 for r in experiments if set((r.get("stages") or {}).values()) - {"not_run"}),
+            "not_confirmed": sum(1 for r in experiments if r.get("confirm") and not r["confirm"].get("confirmed"))}
 
 
 def row(kind: str, summary: dict[str, Any], run: Path) -> dict[str, Any]:
@@ -62,8 +65,8 @@ def row(kind: str, summary: dict[str, Any], run: Path) -> dict[str, Any]:
             "best_us": op.get("best_us"), "pct_of_ceiling": op.get("pct_of_ceiling"),
             "vs_starter": op.get("speedup_vs_starter"), "vs_eager": op.get("speedup_vs_eager"),
             "vs_compile": op.get("speedup_vs_compile"), "experiments": op.get("experiments", 0),
-            "verified": verified_experiments(run),
-            "kept": op.get("kept", 0), "exp_per_hour": round(summary["experiments"] / hours, 1) if hours else None,
+            **journal_counts(run), "kept": op.get("kept", 0),
+            "exp_per_hour": round(summary["experiments"] / hours, 1) if hours else None,
             "stopped": summary.get("stopped"), "status": op.get("status"), "idea": op.get("idea")}
 
 

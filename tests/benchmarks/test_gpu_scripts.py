@@ -159,3 +159,18 @@ def test_repeat_records_every_round_with_its_inputs(tmp_path):
     assert data["type"] == "rmsnorm" and data["shape"] == get_spec("rmsnorm").shapes("cpu")[0]
     assert [r["round"] for r in data["rows"]] == [0, 1, 2]
     assert all(r["ours_us"] > 0 and r["eager_us"] > 0 and len(r["ptrs"]) == 2 for r in data["rows"])
+
+
+def test_search_agent_table_counts_verified_experiments_and_unconfirmed_keeps(tmp_path):
+    counts = _script("search_agent_gpu").journal_counts
+    passed, untouched = {"smoke": "pass"}, {"smoke": "not_run"}
+    records = [
+        {"n": 0, "status": "kept", "stages": passed},  # the starter: a baseline, not an experiment
+        {"n": 1, "status": "reverted", "stages": untouched},  # timed first, slower: never verified
+        {"n": 2, "status": "reverted", "stages": passed, "confirm": {"confirmed": False, "reason": "slower"}},
+        {"n": 3, "status": "kept", "stages": passed, "confirm": {"confirmed": True, "reason": "won 2 of 2"}},
+        {"n": 4, "status": "rejected", "stages": {"smoke": "fail"}},
+    ]
+    (tmp_path / "journal.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    assert counts(tmp_path) == {"verified": 3, "not_confirmed": 1}
+    assert counts(tmp_path / "no-run") == {"verified": 0, "not_confirmed": 0}
