@@ -17,7 +17,9 @@ from typing import Any
 from autokernel_ci.harness.decide import Decision
 from autokernel_ci.harness.results import Timing
 
-DEFAULT_PAIRS = 2  # best, candidate, best, candidate: ~4 benchmarks (1-8 s) for the 1-3 keeps of a 45 s type run
+# best, candidate, best, candidate: four benchmarks for each of the 0-2 keeps a type had in a 45 s run (search24c/d);
+# each a load and a timing as in a screened experiment (0.66-2.26 s for the H100's matmul)
+DEFAULT_PAIRS = 2
 
 
 @dataclass(frozen=True)
@@ -41,7 +43,8 @@ class Confirmation:
     pairs: list[tuple[float, float]] = field(default_factory=list)  # (best_us, candidate_us), in the order timed
     # The best's fastest re-timing: the loop's new reference for the best when the keep is not confirmed. Its first
     # timing was the slow one: compared with it, every later point that runs alike would be screened in, verified
-    # and re-timed again (search24d's softmax: 18 more points at 387.8-389.7 us against the starter's 397.65).
+    # and re-timed again (search24d's softmax: decide() keeps 10 of the 18 points after the false keep, 387.8-391.5
+    # us, against the starter's one 397.65 us timing).
     best: Timing | None = None
 
     def to_dict(self) -> dict[str, Any]:
@@ -71,6 +74,6 @@ def judge(pairs: Sequence[tuple[Timing, Timing]], decide: Callable[[Timing, Timi
                         fastest_best)
 
 
-def failed(reason: str, pairs: Sequence[tuple[float, float]] = ()) -> Confirmation:
+def unfinished(reason: str, pairs: Sequence[tuple[float, float]] = ()) -> Confirmation:
     """A re-timing that could not finish (the best or the candidate crashed, hung or was rejected): not confirmed."""
     return Confirmation(False, f"not confirmed: {reason}", list(pairs))

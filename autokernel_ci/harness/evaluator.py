@@ -17,9 +17,8 @@ from pathlib import Path
 from typing import Any
 
 from autokernel_ci import kernelfile
-from autokernel_ci.harness import confirm as confirm_mod
 from autokernel_ci.harness import sandbox
-from autokernel_ci.harness.confirm import ConfirmRequest
+from autokernel_ci.harness.confirm import ConfirmRequest, judge, unfinished
 from autokernel_ci.harness.decide import Decision
 from autokernel_ci.harness.devices import default_device
 from autokernel_ci.harness.protocol import PROGRESS_FILE, Channel, ChannelClosed, ChannelTimeout
@@ -336,7 +335,7 @@ class Evaluator:
                 if isinstance(bench, Verdict) or not bench.rows:
                     why = bench.reason if isinstance(bench, Verdict) else "the benchmark returned no timings"
                     done = [(b.median_us, c.median_us) for b, c in pairs]
-                    result.confirmation = confirm_mod.failed(f"re-timing the {which} failed: {why}", done).to_dict()
+                    result.confirmation = unfinished(f"re-timing the {which} failed: {why}", done).to_dict()
                     return
                 if which == "candidate":
                     fold_bench_checks(verdict, bench)
@@ -344,7 +343,7 @@ class Evaluator:
                         return
                 pair.append(bench.total())
             pairs.append((pair[0], pair[1]))
-        result.confirmation = confirm_mod.judge(pairs, request.decide).to_dict()
+        result.confirmation = judge(pairs, request.decide).to_dict()
 
     def _screened(self, source: str, screen: Callable[[Timing], Decision], verify: dict[str, Any], *,
                   bench_shapes: Sequence[dict] | None, baselines: bool) -> tuple[Verdict, BenchResult | None]:
